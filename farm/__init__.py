@@ -1,0 +1,1 @@
+"""The kernel farm: Hydra conf -> instance table -> isolated compiles -> verified .hsaco + manifests."""

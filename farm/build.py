@@ -1,0 +1,164 @@
+"""farm build: plan, compile what must build on Ray, verify, write atomically, record."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from . import manifest
+from .atomic import remove_stale_temporaries, write_bytes_atomic, write_text_atomic
+from .canonical import canonical_json, sha256_bytes
+from .config import FarmConfig
+from .digest import generator_digest, inputs_of
+from .elfinfo import NotACodeObject, read_code_object
+from .plan import Decision
+from .rows import Row
+from .sources import collect
+from .toolchain import differences
+from .verify import describe, problems
+
+STDERR_TAIL_LINES = 40
+
+
+def _request(cfg: FarmConfig, row: Row) -> dict[str, Any]:
+    op = cfg.ops[row.op]
+    return {"key": row.key, "generator": op.generator, "knobs": row.knobs,
+            "target": cfg.targets[row.target].as_dict()}
+
+
+class DirectoryWriter:
+    """Holds each touched directory's manifest entries; writes object, then manifest and SOURCE.md."""
+
+    def __init__(self, cfg: FarmConfig) -> None:
+        self.cfg = cfg
+        self.entries: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+
+    def _entries(self, op: str, target: str) -> dict[str, dict[str, Any]]:
+        key = (op, target)
+        if key not in self.entries:
+            where = manifest.directory(self.cfg, op, target)
+            remove_stale_temporaries(where)
+            try:
+                self.entries[key] = manifest.entries_of(manifest.load(where / "manifest.json"))
+            except manifest.ManifestUnreadable:
+                self.entries[key] = {}  # its rows were planned as tampered and rebuild
+        return self.entries[key]
+
+    def write_object(self, row: Row, elf: bytes, entry: dict[str, Any]) -> None:
+        write_bytes_atomic(manifest.directory(self.cfg, row.op, row.target) / row.file_name, elf)
+        entries = self._entries(row.op, row.target)
+        entries[row.file_name] = entry
+        manifest.write_directory(self.cfg, row.op, row.target, entries)
+
+    def prune(self, op: str, target: str, keep: set[str]) -> list[str]:
+        """Remove objects and entries no row makes any more (a row deleted from conf/)."""
+        where = manifest.directory(self.cfg, op, target)
+        if not where.is_dir():
+            return []
+        entries = self._entries(op, target)
+        gone = sorted(f for f in entries if f not in keep)
+        gone += sorted(p.name for p in where.glob("*.hsaco") if p.name not in keep and p.name not in entries)
+        for file in gone:
+            (where / file).unlink(missing_ok=True)
+            entries.pop(file, None)
+        if gone:
+            manifest.write_directory(self.cfg, op, target, entries)
+        return gone
+
+
+def accept(cfg: FarmConfig, row: Row, result: dict[str, Any], generator: str) -> tuple[dict | None, str | None]:
+    """Check a worker's result; returns (manifest entry, None) or (None, reason it is refused)."""
+    if not result.get("ok"):
+        return None, result.get("error") or "compile failed"
+    diff = differences(cfg.toolchain_pin, result.get("toolchain") or {})
+    if diff:
+        return None, f"worker on node {result.get('node')} has a different toolchain: {'; '.join(diff)}"
+    if result.get("generator") != generator:
+        return None, f"worker on node {result.get('node')} runs different farm generator code"
+    elf = result["elf"]
+    try:
+        co = read_code_object(elf)
+    except NotACodeObject as exc:
+        return None, f"object is not a code object: {exc}"
+    found = problems(co, row, cfg.ops[row.op], cfg.targets[row.target])
+    if found:
+        return None, "verification failed: " + "; ".join(found)
+    inputs = inputs_of(cfg, row, result["sources"], generator)
+    entry = manifest.object_entry(row.to_json(), row.file_name, sha256_bytes(elf), len(elf), inputs, describe(co))
+    return entry, None
+
+
+def _tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row], log: Any = sys.stderr) -> int:
+    """Build every decision that needs it; returns the number of failed rows."""
+    from tqdm import tqdm
+
+    from .executor import RayExecutor
+
+    started = time.monotonic()
+    todo = [d for d in decisions if d.builds]
+    writer = DirectoryWriter(cfg)
+    selected_dirs = sorted({(d.row.op, d.row.target) for d in decisions})
+    pruned = []
+    for op, target in selected_dirs:
+        keep = {r.file_name for r in all_rows if r.op == op and r.target == target}
+        pruned += [f"{op}/{target}/{f}" for f in writer.prune(op, target, keep)]
+    for line in pruned:
+        print(f"removed {line}: no row makes it any more", file=log)
+    report: dict[str, Any] = {"started_utc": datetime.now(UTC).isoformat(), "rows": [], "pruned": pruned}
+    failures: list[tuple[Row, str, str]] = []
+    built = 0
+    if todo:
+        generator = generator_digest()
+        rows = {d.row.key: d.row for d in todo}
+        with RayExecutor(cfg.executor, cfg.compile_timeout_s) as pool:
+            pool.share_sources(collect(cfg.kernels_dir))
+            for d in todo:
+                pool.submit(_request(cfg, d.row))
+            bar = tqdm(total=len(todo), desc="compiling", unit="obj", file=log, disable=None)
+            for result in pool.completed():
+                row = rows[result["key"]]
+                entry, refused = accept(cfg, row, result, generator)
+                if entry is not None:
+                    writer.write_object(row, result["elf"], entry)
+                    built += 1
+                else:
+                    failures.append((row, refused or "", result.get("stderr") or ""))
+                    bar.write(f"FAILED {row.key}: {refused}")
+                report["rows"].append({k: result.get(k) for k in ("key", "ok", "seconds", "node", "pid", "error")}
+                                      | {"written": entry is not None, "refused": refused,
+                                         "stderr": result.get("stderr", "")})
+                bar.update(1)
+            bar.close()
+    elapsed = time.monotonic() - started
+    report |= {"seconds": round(elapsed, 3), "built": built, "failed": len(failures),
+               "up_to_date": len(decisions) - len(todo)}
+    report_path = _write_report(cfg, report)
+    for row, reason, stderr in failures:
+        print(f"\n--- {row.key} failed: {reason}", file=log)
+        if stderr.strip():
+            print(_tail(stderr), file=log)
+    print(f"\nbuilt {built}, failed {len(failures)}, up to date {len(decisions) - len(todo)} "
+          f"in {elapsed:.1f} s; report: {report_path}", file=log)
+    return len(failures)
+
+
+def _write_report(cfg: FarmConfig, report: dict[str, Any]) -> Path:
+    """Timings and logs live here, outside outputs/, so outputs/ stays byte-reproducible."""
+    stamp = report["started_utc"].replace(":", "").replace("-", "").split(".")[0]
+    path = cfg.report_dir / f"build-{stamp}.json"
+    text = canonical_json(report)
+    write_text_atomic(path, text)
+    write_text_atomic(cfg.report_dir / "latest-build.json", text)
+    return path
+
+
+def render_decisions(decisions: list[Decision]) -> str:
+    return json.dumps([{"key": d.row.key, "status": d.status, "reason": d.reason} for d in decisions])

@@ -1,0 +1,94 @@
+"""farm check: the drift guard. Re-derive every selected directory and name each file that drifted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import manifest
+from .canonical import canonical_json, digest_of, sha256_bytes
+from .config import FarmConfig
+from .digest import changed_inputs, generator_digest, inputs_of, source_hashes
+from .elfinfo import NotACodeObject, read_code_object
+from .rows import Row
+from .toolchain import differences
+from .verify import describe, problems
+
+DERIVED_FIELDS = ("code_object", "kernels")
+
+
+def check(cfg: FarmConfig, rows: list[Row], all_rows: list[Row]) -> list[str]:
+    """Problems found, one line each, each naming a file; empty means no drift."""
+    found: list[str] = []
+    generator = generator_digest()
+    by_dir: dict[tuple[str, str], list[Row]] = {}
+    for row in rows:
+        by_dir.setdefault((row.op, row.target), []).append(row)
+    known = {(r.op, r.target, r.file_name) for r in all_rows}
+    for (op, target), dir_rows in sorted(by_dir.items()):
+        found += _check_directory(cfg, op, target, dir_rows, known, generator)
+    return found
+
+
+def _check_directory(cfg: FarmConfig, op: str, target: str, rows: list[Row],
+                     known: set[tuple[str, str, str]], generator: str) -> list[str]:
+    where = manifest.directory(cfg, op, target)
+    mpath = where / "manifest.json"
+    try:
+        data = manifest.load(mpath)
+    except manifest.ManifestUnreadable as exc:
+        return [exc.what]
+    if data is None:
+        return [f"{mpath}: missing ({len(rows)} rows selected here were never built or were deleted)"]
+    found: list[str] = []
+    entries = manifest.entries_of(data)
+    if mpath.read_text() != canonical_json(data):
+        found.append(f"{mpath}: edited by hand (not in the form the farm writes)")
+    for key in ("schema", "op", "target", "toolchain"):
+        expected = {"schema": manifest.SCHEMA, "op": op, "target": cfg.targets[target].as_dict(),
+                    "toolchain": cfg.toolchain_pin}[key]
+        if data.get(key) != expected:
+            detail = "; ".join(differences(expected, data.get(key) or {})) if key == "toolchain" else ""
+            found.append(f"{mpath}: '{key}' block differs from the config{': ' + detail if detail else ''}")
+    for row in rows:
+        found += _check_object(cfg, row, entries.get(row.file_name), where / row.file_name, mpath, generator)
+    for file in sorted(entries):
+        if (op, target, file) not in known:
+            found.append(f"{where / file}: manifest entry for an object no row in instances/ makes")
+    for path in sorted(where.iterdir()) if where.is_dir() else []:
+        if path.name not in entries and path.name not in ("manifest.json", "SOURCE.md"):
+            found.append(f"{path}: file not recorded in {mpath.name}")
+    source_md = where / "SOURCE.md"
+    if not source_md.is_file() or source_md.read_text() != manifest.render_source_md(cfg, op, target, entries):
+        found.append(f"{source_md}: missing or differs from the provenance the manifest implies")
+    return found
+
+
+def _check_object(cfg: FarmConfig, row: Row, entry: dict | None, path: Path, mpath: Path,
+                  generator: str) -> list[str]:
+    if entry is None:
+        return [f"{path}: row {row.key} has no entry in {mpath}"]
+    if not path.is_file():
+        return [f"{path}: missing (recorded in {mpath.name})"]
+    data = path.read_bytes()
+    found: list[str] = []
+    if sha256_bytes(data) != entry.get("sha256") or len(data) != entry.get("size"):
+        found.append(f"{path}: SHA256/size differ from {mpath.name} (object tampered or manifest edited)")
+    try:
+        co = read_code_object(data)
+    except NotACodeObject as exc:
+        return found + [f"{path}: {exc}"]
+    found += [f"{path}: {p}" for p in problems(co, row, cfg.ops[row.op], cfg.targets[row.target])]
+    described = describe(co)
+    for key in DERIVED_FIELDS:
+        if entry.get(key) != described[key]:
+            found.append(f"{path}: manifest '{key}' does not match the object (manifest edited or object replaced)")
+    for key in ("name", "group", "knobs", "allow"):
+        if entry.get(key) != row.to_json()[key]:
+            found.append(f"{path}: manifest '{key}' differs from the row in instances/")
+    recorded = entry.get("inputs", {})
+    if digest_of(recorded) != entry.get("input_digest"):
+        found.append(f"{path}: input_digest does not match the recorded inputs (manifest edited)")
+    current = inputs_of(cfg, row, source_hashes(cfg.kernels_dir, recorded.get("sources", {})), generator)
+    for reason in changed_inputs(recorded, current):
+        found.append(f"{path}: input drift: {reason} since it was built")
+    return found

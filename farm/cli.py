@@ -1,0 +1,154 @@
+"""The one entry point: `farm VERB [--flag] [key=value ...]` (Hydra overrides for every option)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from . import config as config_mod
+from .errors import FarmError
+
+USAGE = """usage: farm VERB [--flags] [key=value ...]
+
+verbs:
+  expand [--check]   conf/ -> instances/ (--check: exit 1 if instances/ is stale)
+  plan               which selected rows are up to date and which would build, and why
+  build              compile what must build (Ray), verify, write outputs/ and manifests
+  check              drift guard: re-derive every selected object, manifest and digest
+  pin                move the toolchain pin to what is installed (rebuilds everything)
+
+selection and paths (Hydra overrides):
+  ops=[rmsnorm] targets=[gfx942,gfx950] dtypes=[bf16] outputs_dir=PATH
+  executor=cluster executor.address=HOST:PORT
+"""
+
+
+def _load(overrides: list[str]) -> config_mod.FarmConfig:
+    return config_mod.load(config_mod.find_project_root(), overrides)
+
+
+def _rows(cfg: config_mod.FarmConfig) -> tuple[list, list]:
+    """(selected rows, every row of the selected ops) from a fresh instances/."""
+    from .expand import require_fresh
+    from .rows import load_table, select
+
+    require_fresh(cfg)
+    every = [row for op in cfg.selected_ops for row in load_table(cfg, op)]
+    return select(cfg, every), every
+
+
+def cmd_expand(flags: set[str], overrides: list[str]) -> int:
+    from .expand import stale_tables, write_tables
+
+    cfg = _load(overrides)
+    if "--check" in flags:
+        stale = stale_tables(cfg)
+        for path in stale:
+            print(f"stale: {path} differs from what conf/ expands to (run `farm expand`)")
+        print("instances/ is up to date with conf/" if not stale else f"{len(stale)} stale table(s)")
+        return 1 if stale else 0
+    changed = write_tables(cfg)
+    from .rows import load_table
+
+    total = 0
+    for op in cfg.selected_ops:
+        rows = load_table(cfg, op)
+        total += len(rows)
+        per_target = {t: sum(r.target == t for r in rows) for t in cfg.ops[op].targets}
+        print(f"{op}: {len(rows)} rows ({', '.join(f'{t} {n}' for t, n in per_target.items())})")
+    for path, before, after in changed:
+        print(f"wrote {path} ({before} -> {after} rows)")
+    print(f"rows={total} changed_tables={len(changed)}")
+    return 0
+
+
+def cmd_plan(flags: set[str], overrides: list[str]) -> int:
+    from .plan import decide, summary_line
+
+    cfg = _load(overrides)
+    rows, _ = _rows(cfg)
+    decisions = decide(cfg, rows)
+    verbose = "--verbose" in flags or "-v" in flags
+    for d in decisions:
+        if d.builds or verbose:
+            print(f"{d.status:15} {d.row.key}" + (f"  ({d.reason})" if d.reason else ""))
+    print(summary_line(decisions))
+    return 0
+
+
+def cmd_build(flags: set[str], overrides: list[str]) -> int:
+    from .build import build
+    from .plan import decide, summary_line
+    from .toolchain import installed, require_pin
+
+    cfg = _load(overrides)
+    rows, every = _rows(cfg)
+    decisions = decide(cfg, rows)
+    print(summary_line(decisions), file=sys.stderr)
+    if any(d.builds for d in decisions):
+        require_pin(cfg.toolchain_pin, installed(cfg.root / ".farm" / "cache"))
+    failed = build(cfg, decisions, every)
+    return 1 if failed else 0
+
+
+def cmd_check(flags: set[str], overrides: list[str]) -> int:
+    from .check import check
+
+    cfg = _load(overrides)
+    rows, every = _rows(cfg)
+    found = check(cfg, rows, every)
+    for line in found:
+        print(f"DRIFT {line}")
+    dirs = len({(r.op, r.target) for r in rows})
+    print(f"checked {len(rows)} objects in {dirs} directories: "
+          + ("no drift" if not found else f"{len(found)} problem(s)"))
+    return 1 if found else 0
+
+
+def cmd_pin(flags: set[str], overrides: list[str]) -> int:
+    from .atomic import write_text_atomic
+    from .toolchain import differences, installed, pin_text
+
+    cfg = _load(overrides)
+    found = installed(cfg.root / ".farm" / "cache")
+    diff = differences(cfg.toolchain_pin, found)
+    if not diff:
+        print("the pin already matches the installed toolchain")
+        return 0
+    path = cfg.root / "conf" / "toolchain" / "pinned.yaml"
+    write_text_atomic(path, pin_text(found))
+    print(f"moved the pin in {path}:\n  " + "\n  ".join(diff))
+    print("every object's inputs changed: run `farm build`, then commit conf/toolchain and outputs.dvc")
+    return 0
+
+
+VERBS: dict[str, Callable[[set[str], list[str]], int]] = {
+    "expand": cmd_expand, "plan": cmd_plan, "build": cmd_build, "check": cmd_check, "pin": cmd_pin,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if args else 2
+    verb, rest = args[0], args[1:]
+    if verb not in VERBS:
+        print(f"farm: unknown verb {verb!r}; accepted: {', '.join(VERBS)}", file=sys.stderr)
+        return 2
+    flags = {a for a in rest if a.startswith("-")}
+    overrides = [a for a in rest if not a.startswith("-")]
+    try:
+        return VERBS[verb](flags, overrides)
+    except FarmError as exc:
+        print(f"farm {verb}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"farm {verb}: interrupted; finished objects are kept, run it again to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+

@@ -1,0 +1,55 @@
+"""Input digests: what a row's object depends on, recorded so a change can be named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .canonical import digest_of, sha256_file
+from .config import FarmConfig
+from .rows import Row
+
+# The farm code that turns a row into bytes: editing it rebuilds everything.
+GENERATOR_FILES = ("compile/lowering.py", "compile/worker.py", "compile/isolate.py", "toolchain.py")
+
+
+def generator_digest() -> str:
+    base = Path(__file__).resolve().parent
+    return digest_of({name: sha256_file(base / name) for name in GENERATOR_FILES})
+
+
+def source_hashes(kernels_dir: Path, rels: list[str] | dict[str, Any]) -> dict[str, str | None]:
+    """Current SHA256 of each recorded source file (None when it no longer exists)."""
+    out: dict[str, str | None] = {}
+    for rel in sorted(rels):
+        path = kernels_dir / rel
+        out[rel] = sha256_file(path) if path.is_file() else None
+    return out
+
+
+def inputs_of(cfg: FarmConfig, row: Row, sources: dict[str, Any], generator: str) -> dict[str, Any]:
+    """The recorded inputs of a row: knobs, op and target identity, generator, sources, toolchain."""
+    return {
+        "knobs": row.knobs,
+        "allow": row.allow,
+        "op": digest_of(cfg.ops[row.op].compile_identity()),
+        "target": digest_of(cfg.targets[row.target].as_dict()),
+        "generator": generator,
+        "sources": dict(sorted(sources.items())),
+        "toolchain": digest_of(cfg.toolchain_pin),
+    }
+
+
+def changed_inputs(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Name what differs between two input records, most specific first."""
+    reasons = []
+    for rel in sorted(set(recorded.get("sources", {})) | set(current.get("sources", {}))):
+        was, now = recorded.get("sources", {}).get(rel), current.get("sources", {}).get(rel)
+        if was != now:
+            reasons.append(f"source kernels_src/{rel} {'removed' if now is None else 'changed'}")
+    labels = {"knobs": "row knobs", "allow": "resource rules", "op": "op config", "target": "target config",
+              "generator": "farm generator code", "toolchain": "toolchain pin"}
+    for key, label in labels.items():
+        if recorded.get(key) != current.get(key):
+            reasons.append(f"{label} changed")
+    return reasons

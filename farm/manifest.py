@@ -1,0 +1,117 @@
+"""Per-directory manifest.json and SOURCE.md under outputs/<op>/<target>/.
+
+Both are pure functions of the objects, their rows, their recorded inputs and the toolchain pin,
+so rebuilding from the same inputs gives the same bytes, and `farm check` can re-derive them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .atomic import write_text_atomic
+from .canonical import canonical_json, digest_of
+from .config import FarmConfig
+from .errors import FarmError
+
+SCHEMA = 1
+
+
+def directory(cfg: FarmConfig, op: str, target: str) -> Path:
+    return cfg.outputs_dir / op / target
+
+
+def object_entry(row_json: dict[str, Any], file: str, sha256: str, size: int, inputs: dict[str, Any],
+                 described: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "file": file,
+        "sha256": sha256,
+        "size": size,
+        "name": row_json["name"],
+        "group": row_json["group"],
+        "knobs": row_json["knobs"],
+        "allow": row_json["allow"],
+        "input_digest": digest_of(inputs),
+        "inputs": inputs,
+        **described,
+    }
+
+
+def render(cfg: FarmConfig, op: str, target: str, entries: dict[str, dict[str, Any]]) -> str:
+    return canonical_json({
+        "schema": SCHEMA,
+        "op": op,
+        "target": cfg.targets[target].as_dict(),
+        "toolchain": cfg.toolchain_pin,
+        "objects": [entries[f] for f in sorted(entries)],
+    })
+
+
+class ManifestUnreadable(FarmError):
+    pass
+
+
+def load(path: Path) -> dict[str, Any] | None:
+    """The parsed manifest, None when absent; ManifestUnreadable when it is not a manifest."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict) or not isinstance(data.get("objects"), list):
+            raise ValueError("no objects list")
+        for entry in data["objects"]:
+            if not isinstance(entry, dict) or "file" not in entry:
+                raise ValueError("an object entry has no file")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ManifestUnreadable(f"{path}: not a readable manifest ({exc})",
+                                 "rebuild the directory: farm build (its objects will be rebuilt)") from None
+    return data
+
+
+def entries_of(data: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    return {} if data is None else {e["file"]: e for e in data["objects"]}
+
+
+def render_source_md(cfg: FarmConfig, op: str, target: str, entries: dict[str, dict[str, Any]]) -> str:
+    """Provenance of a directory: which sources, which toolchain, how to rebuild it."""
+    sources: dict[str, str] = {}
+    for entry in entries.values():
+        sources.update(entry.get("inputs", {}).get("sources", {}))
+    family = cfg.ops[op].family if op in cfg.ops else op
+    pin = cfg.toolchain_pin
+    lines = [
+        f"# {op} for {target}: provenance",
+        "",
+        f"{len(entries)} code objects, built by the kernel farm from this project's sources.",
+        f"Kernel family notes (origin, verification): `kernels_src/{family}/SOURCE.md`.",
+        "",
+        "## Kernel sources read by the compiles (SHA256)",
+        "",
+        *[f"- `kernels_src/{rel}` {sha}" for rel, sha in sorted(sources.items())],
+        "",
+        "## Toolchain",
+        "",
+        f"- flydsl {pin.get('flydsl')}, Python {pin.get('python')}",
+        f"- linker: {pin.get('linker', {}).get('version')} from {pin.get('linker', {}).get('package')}"
+        f" (sha256 {pin.get('linker', {}).get('sha256')})",
+        "",
+        "## Rebuild and verify",
+        "",
+        "```",
+        f"farm build ops=[{op}] targets=[{target}]",
+        f"farm check ops=[{op}] targets=[{target}]",
+        "```",
+        "",
+        "These objects were compiled and inspected (target, e_flags, symbols, registers, LDS, scratch),",
+        "never run: the farm has no GPU.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_directory(cfg: FarmConfig, op: str, target: str, entries: dict[str, dict[str, Any]]) -> None:
+    """Write manifest.json then SOURCE.md, each atomically."""
+    where = directory(cfg, op, target)
+    write_text_atomic(where / "manifest.json", render(cfg, op, target, entries))
+    write_text_atomic(where / "SOURCE.md", render_source_md(cfg, op, target, entries))

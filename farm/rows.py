@@ -1,0 +1,91 @@
+"""The instance table: one row per object, as checked in under instances/."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .config import FarmConfig
+from .errors import FarmError
+
+
+@dataclass(frozen=True)
+class Row:
+    """One object to build: which op, for which target, with which knobs and resource rules."""
+
+    op: str
+    target: str
+    name: str
+    group: str
+    knobs: dict[str, Any]
+    allow: dict[str, bool]
+
+    @property
+    def key(self) -> str:
+        return f"{self.op}/{self.target}/{self.name}"
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.name}.hsaco"
+
+    def relpath(self) -> str:
+        return f"{self.op}/{self.target}/{self.file_name}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "target": self.target, "name": self.name, "group": self.group,
+                "knobs": self.knobs, "allow": self.allow}
+
+    @staticmethod
+    def from_json(data: dict[str, Any], where: str) -> Row:
+        try:
+            return Row(op=data["op"], target=data["target"], name=data["name"], group=data["group"],
+                       knobs=dict(data["knobs"]), allow=dict(data["allow"]))
+        except (KeyError, TypeError) as exc:
+            raise FarmError(f"{where}: malformed row ({exc})", "regenerate it with `farm expand`") from None
+
+
+def sort_key(row: Row) -> tuple[str, str, str]:
+    return (row.op, row.target, row.name)
+
+
+def table_path(instances_dir: Path, op: str) -> Path:
+    return instances_dir / f"{op}.jsonl"
+
+
+def render_table(rows: list[Row]) -> str:
+    """One compact JSON object per line, sorted: small diffs when a row is added."""
+    lines = [json.dumps(r.to_json(), sort_keys=True, separators=(",", ":")) for r in sorted(rows, key=sort_key)]
+    return "".join(line + "\n" for line in lines)
+
+
+def load_table(cfg: FarmConfig, op: str) -> list[Row]:
+    path = table_path(cfg.instances_dir, op)
+    if not path.is_file():
+        raise FarmError(f"{path} is missing: the instance table of op {op!r} was never expanded",
+                        "run `farm expand` and commit instances/")
+    rows = []
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise FarmError(f"{where}: not JSON ({exc.msg})", "regenerate it with `farm expand`") from None
+        rows.append(Row.from_json(data, where))
+    return rows
+
+
+def select(cfg: FarmConfig, rows: list[Row]) -> list[Row]:
+    """Apply ops=/targets=/dtypes= selection; an unknown dtype is an error, not an empty build."""
+    rows = [r for r in rows if r.op in cfg.selected_ops and r.target in cfg.selected_targets]
+    if cfg.selected_dtypes:
+        known = sorted({str(r.knobs.get("dtype")) for r in rows if "dtype" in r.knobs})
+        unknown = [d for d in cfg.selected_dtypes if d not in known]
+        if unknown:
+            raise FarmError(f"unknown dtype {', '.join(map(repr, unknown))} for the selected ops; "
+                            f"accepted: {', '.join(known)}", "pick from the accepted dtypes")
+        rows = [r for r in rows if r.knobs.get("dtype") in cfg.selected_dtypes]
+    return sorted(rows, key=sort_key)

@@ -1,0 +1,140 @@
+"""The toolchain pin: what is installed, whether it matches conf/toolchain/, and the linker shim.
+
+FlyDSL's ROCDL serializer runs `$ROCM_PATH/llvm/bin/ld.lld`. The pinned linker is the LLD inside
+the `ziglang` wheel; a two-line shim at that path makes FlyDSL use it. Its identity ends up in
+every object's .comment section, so its version and binary hash are part of the pin.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from .canonical import sha256_file
+from .errors import FarmError
+
+LINKER_PACKAGE = "ziglang"
+
+
+def linker_binary() -> Path:
+    spec = importlib.util.find_spec(LINKER_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise FarmError("linker missing: the pinned LLD comes from the Python package 'ziglang', "
+                        "which is not installed", "run `bash scripts/setup.sh` (or pip install -e .)")
+    zig = Path(spec.origin).parent / "zig"
+    if not os.access(zig, os.X_OK):
+        raise FarmError(f"linker missing: {zig} is not an executable", "reinstall: pip install --force-reinstall "
+                        f"{LINKER_PACKAGE}=={_dist_version(LINKER_PACKAGE)}")
+    return zig
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _linker_version(zig: Path) -> str:
+    try:
+        out = subprocess.run([str(zig), "ld.lld", "--version"], capture_output=True, text=True, timeout=60,
+                             env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise FarmError(f"linker {zig} does not run ({exc})", "reinstall the ziglang package") from None
+    first = (out.stdout or out.stderr).strip().splitlines()[:1]
+    if out.returncode != 0 or not first:
+        raise FarmError(f"linker {zig} ld.lld --version failed: {out.stderr.strip()}", "reinstall ziglang")
+    # "LLD 22.1.8 (compatible with GNU linkers)" -> "LLD 22.1.8", the string written to .comment.
+    return first[0].split(" (")[0]
+
+
+def _cached_sha256(path: Path, cache_file: Path | None) -> str:
+    """Hashing the 180 MB linker takes ~0.6 s; remember it per (path, size, mtime, inode)."""
+    st = path.stat()
+    key = f"{path}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+    cache: dict[str, str] = {}
+    if cache_file is not None and cache_file.is_file():
+        try:
+            cache = json.loads(cache_file.read_text())
+        except (OSError, ValueError):
+            cache = {}
+    if key in cache:
+        return cache[key]
+    digest = sha256_file(path)
+    if cache_file is not None:
+        try:
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            cache_file.write_text(json.dumps({key: digest}))
+        except OSError:
+            pass  # a cache we cannot write only costs time
+    return digest
+
+
+def installed(cache_dir: Path | None = None) -> dict[str, Any]:
+    """The toolchain of this process's environment, in the same shape as conf/toolchain/pinned.yaml."""
+    zig = linker_binary()
+    return {
+        "flydsl": _dist_version("flydsl"),
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "linker": {
+            "package": f"{LINKER_PACKAGE}=={_dist_version(LINKER_PACKAGE)}",
+            "version": _linker_version(zig),
+            "sha256": _cached_sha256(zig, cache_dir / "linker-sha256.json" if cache_dir else None),
+        },
+    }
+
+
+def differences(pin: dict[str, Any], found: dict[str, Any], prefix: str = "") -> list[str]:
+    """Human lines naming each field where `found` differs from `pin`."""
+    lines = []
+    for key in sorted(set(pin) | set(found)):
+        want, have = pin.get(key), found.get(key)
+        if isinstance(want, dict) and isinstance(have, dict):
+            lines += differences(want, have, f"{prefix}{key}.")
+        elif str(want) != str(have):
+            lines.append(f"{prefix}{key}: pinned {want!r}, found {have!r}")
+    return lines
+
+
+def require_pin(pin: dict[str, Any], found: dict[str, Any], where: str = "this machine") -> None:
+    diff = differences(pin, found)
+    if diff:
+        raise FarmError(
+            f"toolchain on {where} differs from the pin (conf/toolchain/pinned.yaml):\n    " + "\n    ".join(diff),
+            "install the pinned toolchain (bash scripts/setup.sh), or move the pin on purpose with "
+            "`farm pin` (every object will rebuild; see REGEN.md)")
+
+
+def write_linker_shim(rocm_dir: Path) -> Path:
+    """Create `<rocm_dir>/llvm/bin/ld.lld` that runs the pinned LLD; returns `rocm_dir` for ROCM_PATH."""
+    shim = rocm_dir / "llvm" / "bin" / "ld.lld"
+    shim.parent.mkdir(parents=True, exist_ok=True)
+    text = f'#!/bin/sh\nexec "{linker_binary()}" ld.lld "$@"\n'
+    if not shim.is_file() or shim.read_text() != text:
+        tmp = shim.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.chmod(0o755)
+        tmp.replace(shim)
+    return rocm_dir
+
+
+def pin_text(found: dict[str, Any]) -> str:
+    """conf/toolchain/pinned.yaml for `found` (used by `farm pin`)."""
+    link = found["linker"]
+    return (
+        "# The toolchain pin. Every object's bytes depend on these; every manifest records them and\n"
+        "# `farm build` refuses to build when the installed toolchain differs.\n"
+        "# Move the pin with `farm pin` (see REGEN.md): it rewrites this file from what is installed.\n"
+        f"flydsl: {found['flydsl']}\n"
+        f"python: '{found['python']}'\n"
+        "linker:\n"
+        f"  package: {link['package']}\n"
+        f"  version: {link['version']}\n"
+        f"  sha256: {link['sha256']}\n"
+    )

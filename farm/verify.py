@@ -1,0 +1,81 @@
+"""Verify a code object against its row before it is written, and describe it for the manifest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import Op, Target
+from .elfinfo import ELFOSABI_AMDGPU_HSA, EM_AMDGPU, CodeObject
+from .rows import Row
+
+
+def target_processor(amdhsa_target: str) -> str:
+    """'amdgcn-amd-amdhsa-unknown-gfx942:sramecc+' -> 'gfx942'."""
+    return amdhsa_target.rsplit("-", 1)[-1].split(":")[0] if amdhsa_target else ""
+
+
+def _kernel_record(kernel: dict[str, Any]) -> dict[str, Any]:
+    args = [{k.lstrip("."): v for k, v in sorted(arg.items())} for arg in kernel.get(".args", [])]
+    return {
+        "name": kernel.get(".name"),
+        "symbol": kernel.get(".symbol"),
+        "kernarg_segment_size": kernel.get(".kernarg_segment_size"),
+        "kernarg_segment_align": kernel.get(".kernarg_segment_align"),
+        "args": args,
+        "lds_bytes": kernel.get(".group_segment_fixed_size"),
+        "scratch_bytes": kernel.get(".private_segment_fixed_size"),
+        "uses_dynamic_stack": kernel.get(".uses_dynamic_stack"),
+        "sgpr_count": kernel.get(".sgpr_count"),
+        "vgpr_count": kernel.get(".vgpr_count"),
+        "agpr_count": kernel.get(".agpr_count", 0),
+        "sgpr_spill_count": kernel.get(".sgpr_spill_count"),
+        "vgpr_spill_count": kernel.get(".vgpr_spill_count"),
+        "wavefront_size": kernel.get(".wavefront_size"),
+        "max_flat_workgroup_size": kernel.get(".max_flat_workgroup_size"),
+    }
+
+
+def describe(co: CodeObject) -> dict[str, Any]:
+    """What the manifest records about an object, derived only from its bytes."""
+    return {
+        "code_object": {
+            "amdhsa_target": co.amdhsa_target,
+            "e_flags": f"0x{co.e_flags:08x}",
+            "elf_machine": f"0x{co.mach:03x}",
+            "generic_version": co.generic_version,
+            "elf_abi_version": co.abi_version,
+            "linker": co.comment,
+        },
+        "kernels": sorted((_kernel_record(k) for k in co.kernels), key=lambda k: str(k["name"])),
+    }
+
+
+def problems(co: CodeObject, row: Row, op: Op, target: Target) -> list[str]:
+    """Every way the object fails its row's contract; empty means it may be written."""
+    found: list[str] = []
+    if co.e_machine != EM_AMDGPU or co.os_abi != ELFOSABI_AMDGPU_HSA:
+        found.append(f"not an AMDGPU HSA object (e_machine {co.e_machine}, OS/ABI {co.os_abi})")
+    if target_processor(co.amdhsa_target) != target.name:
+        found.append(f"amdhsa.target is {co.amdhsa_target!r}, expected one for {target.name}")
+    if co.mach != target.elf_machine:
+        found.append(f"e_flags machine is 0x{co.mach:03x}, {target.name} is 0x{target.elf_machine:03x}")
+    if co.generic_version != target.generic_version:
+        found.append(f"e_flags generic version is {co.generic_version}, {target.name} needs {target.generic_version}")
+    if target.generic_version and co.abi_version < 4:
+        found.append(f"generic targets need code object v6 (ELF ABI version 4), got {co.abi_version}")
+    names = sorted(str(k.get(".name")) for k in co.kernels)
+    if names != sorted(op.symbols) or co.kernel_symbols != sorted(op.symbols):
+        found.append(f"kernels are {names} (symbols {co.kernel_symbols}), op {op.name} declares {sorted(op.symbols)}")
+    for k in co.kernels:
+        name = k.get(".name")
+        if k.get(".wavefront_size") != target.wave_size:
+            found.append(f"{name}: wavefront size {k.get('.wavefront_size')}, {target.name} is wave{target.wave_size}")
+        if (k.get(".group_segment_fixed_size") or 0) > target.lds_bytes:
+            found.append(f"{name}: LDS {k.get('.group_segment_fixed_size')} B exceeds {target.lds_bytes} B")
+        if not row.allow.get("scratch") and ((k.get(".private_segment_fixed_size") or 0) or k.get(".uses_dynamic_stack")):
+            found.append(f"{name}: uses scratch ({k.get('.private_segment_fixed_size')} B) and the row does not allow it")
+        if not row.allow.get("vgpr_spill") and (k.get(".vgpr_spill_count") or 0):
+            found.append(f"{name}: spills {k.get('.vgpr_spill_count')} VGPRs and the row does not allow it")
+        if not row.allow.get("sgpr_spill") and (k.get(".sgpr_spill_count") or 0):
+            found.append(f"{name}: spills {k.get('.sgpr_spill_count')} SGPRs and the row does not allow it")
+    return found
