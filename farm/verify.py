@@ -72,8 +72,9 @@ def problems(co: CodeObject, row: Row, op: Op, target: Target) -> list[str]:
             found.append(f"{name}: wavefront size {k.get('.wavefront_size')}, {target.name} is wave{target.wave_size}")
         if (k.get(".group_segment_fixed_size") or 0) > target.lds_bytes:
             found.append(f"{name}: LDS {k.get('.group_segment_fixed_size')} B exceeds {target.lds_bytes} B")
-        if not row.allow.get("scratch") and ((k.get(".private_segment_fixed_size") or 0) or k.get(".uses_dynamic_stack")):
-            found.append(f"{name}: uses scratch ({k.get('.private_segment_fixed_size')} B) and the row does not allow it")
+        scratch = k.get(".private_segment_fixed_size") or 0
+        if not row.allow.get("scratch") and (scratch or k.get(".uses_dynamic_stack")):
+            found.append(f"{name}: uses scratch ({scratch} B) and the row does not allow it")
         if not row.allow.get("vgpr_spill") and (k.get(".vgpr_spill_count") or 0):
             found.append(f"{name}: spills {k.get('.vgpr_spill_count')} VGPRs and the row does not allow it")
         if not row.allow.get("sgpr_spill") and (k.get(".sgpr_spill_count") or 0):
