@@ -10,8 +10,10 @@ from .rows import Row
 
 
 def target_processor(amdhsa_target: str) -> str:
-    """'amdgcn-amd-amdhsa-unknown-gfx942:sramecc+' -> 'gfx942'."""
-    return amdhsa_target.rsplit("-", 1)[-1].split(":")[0] if amdhsa_target else ""
+    """'amdgcn-amd-amdhsa-unknown-gfx11-generic:xnack+' -> 'gfx11-generic' (the processor follows the
+    fourth dash of the triple, and may itself contain dashes)."""
+    parts = amdhsa_target.split("-", 4)
+    return parts[4].split(":")[0] if len(parts) == 5 else ""
 
 
 def _kernel_record(kernel: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,10 @@ Everything here relies on flydsl==0.3.4 behaviour (TOOLCHAIN.md); re-check it wh
 - COMPILE_ONLY=1 makes a @flyc.jit launcher trace and compile without launching;
 - the compiled module is kept on the launcher (`_last_compiled`), its `gpu.binary` op holds the ELF;
 - MLIR's convert-gpu-to-rocdl rejects generic chipsets, so that one fragment is lowered for the
-  family's lowest member while rocdl-attach-target keeps the generic name.
+  family's lowest member while rocdl-attach-target keeps the generic name;
+- FlyDSL stamps the gpu.module with a target (`#rocdl.target<chip=...>`) and rocdl-attach-target adds
+  a second one on wave32 targets (`flags = {no_wave64}`): the module would hold two code objects, the
+  first one compiled wave64. The farm leaves the attach pass as the only source of targets.
 """
 
 from __future__ import annotations
@@ -32,6 +35,13 @@ def patch_lowering_chipset(target_name: str, chipset: str) -> None:
         return [f.replace(needle, f"chipset={chipset} ") for f in pre], binary
 
     rocm.RocmBackend._pipeline_parts = pipeline_parts
+
+
+def attach_target_only() -> None:
+    """Create gpu.modules without targets, so rocdl-attach-target alone decides (one object)."""
+    from flydsl.compiler.backends import rocm
+
+    rocm.RocmBackend.gpu_module_targets = lambda self: []
 
 
 def elf_from_compiled(launcher: Any) -> bytes:
@@ -85,6 +95,7 @@ def compile_row(request: dict[str, Any]) -> tuple[bytes, list[str]]:
     kernels_root = Path(request["kernels_root"])
     recorder = SourceRecorder(kernels_root)
     patch_lowering_chipset(request["target"]["name"], request["target"]["mlir_chipset"])
+    attach_target_only()
     sys.path.insert(0, str(kernels_root))
     import importlib
 

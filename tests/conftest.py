@@ -1,0 +1,78 @@
+"""Shared fixtures: a private copy of the project per test module, and a way to run `farm` in it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+# A small rmsnorm table that still covers every target, both tiers, both phases and three dtype forms.
+SMALL_RMSNORM_GROUPS = """groups:
+  - name: baked
+    name_format: 'rmsnorm_{dtype}_{phase}_n{n}'
+    axes:
+      dtype: [bf16, f16_f32gamma]
+      phase: [train]
+      n: [2560, 16384]
+  - name: generic
+    name_format: 'rmsnorm_{dtype}_{phase}_generic'
+    axes:
+      dtype: [f32, bf16]
+      phase: [infer]
+      n: [0]
+"""
+SMALL_ROWS_PER_TARGET = 6
+
+
+def copy_project(dest: Path) -> Path:
+    """conf/, kernels_src/ and instances/ of this checkout, in `dest` (the farm package stays installed)."""
+    for name in ("conf", "kernels_src", "instances"):
+        shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def shrink_rmsnorm(project: Path) -> None:
+    """Replace the rmsnorm op's groups with the small table (then `farm expand` must run)."""
+    path = project / "conf" / "op" / "rmsnorm.yaml"
+    text = path.read_text()
+    path.write_text(text[: text.index("groups:")] + SMALL_RMSNORM_GROUPS)
+
+
+def run_farm(project: Path, *args: str, env: dict[str, str] | None = None,
+             cwd: Path | None = None, check: bool = False) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ)
+    full_env.pop("FARM_PROJECT", None)
+    full_env.update(env or {})
+    if cwd is not None and cwd != project:
+        full_env["FARM_PROJECT"] = str(project)
+    proc = subprocess.run([sys.executable, "-m", "farm.cli", *args], cwd=cwd or project, env=full_env,
+                          capture_output=True, text=True, timeout=1800)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"farm {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def last_line(text: str) -> str:
+    return text.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="session")
+def small_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project with the small rmsnorm table expanded (no objects yet)."""
+    project = copy_project(tmp_path_factory.mktemp("small"))
+    shrink_rmsnorm(project)
+    run_farm(project, "expand", check=True)
+    return project
+
+
+@pytest.fixture(scope="session")
+def built(small_project: Path) -> Path:
+    """The small project built once into its outputs/ (every target: real compiles)."""
+    run_farm(small_project, "build", check=True)
+    return small_project

@@ -1,0 +1,166 @@
+"""End to end on real compiles for all five targets: build, verify, reproduce, no-op, check."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import SMALL_ROWS_PER_TARGET, last_line, run_farm
+
+from farm.elfinfo import read_code_object
+
+EXPECTED_MACHINE = {"gfx90a": 0x03F, "gfx942": 0x04C, "gfx950": 0x04F, "gfx11-generic": 0x054, "gfx12-generic": 0x059}
+TARGETS = sorted(EXPECTED_MACHINE)
+
+
+def tree_bytes(outputs: Path) -> dict[str, bytes]:
+    return {p.relative_to(outputs).as_posix(): p.read_bytes() for p in sorted(outputs.rglob("*")) if p.is_file()}
+
+
+def test_every_target_built_and_verified(built: Path) -> None:
+    out = built / "outputs" / "rmsnorm"
+    assert sorted(p.name for p in out.iterdir()) == TARGETS
+    for target in TARGETS:
+        manifest = json.loads((out / target / "manifest.json").read_text())
+        assert manifest["toolchain"]["flydsl"] == "0.3.4"
+        assert len(manifest["objects"]) == SMALL_ROWS_PER_TARGET
+        for entry in manifest["objects"]:
+            co = read_code_object((out / target / entry["file"]).read_bytes())
+            assert co.mach == EXPECTED_MACHINE[target]
+            assert co.generic_version == (1 if target.endswith("generic") else 0)
+            assert co.amdhsa_target.endswith(target)
+            assert [k[".name"] for k in co.kernels] == ["rmsnorm_fwd_0"]
+            kernel = entry["kernels"][0]
+            assert kernel["scratch_bytes"] == 0 and kernel["vgpr_spill_count"] == 0
+            assert kernel["wavefront_size"] == (32 if target.endswith("generic") else 64)
+            assert kernel["args"] and kernel["kernarg_segment_size"] > 0
+            assert entry["code_object"]["linker"] == "Linker: LLD 22.1.8"
+        assert "rmsnorm for " + target in (out / target / "SOURCE.md").read_text()
+    check = run_farm(built, "check")
+    assert check.returncode == 0, check.stdout
+    assert last_line(check.stdout) == f"checked {5 * SMALL_ROWS_PER_TARGET} objects in 5 directories: no drift"
+
+
+def test_noop_build_compiles_nothing(built: Path) -> None:
+    before = tree_bytes(built / "outputs")
+    plan = run_farm(built, "plan")
+    assert last_line(plan.stdout) == f"rows={5 * SMALL_ROWS_PER_TARGET} up_to_date=30 to_build=0"
+    proc = run_farm(built, "build")
+    assert proc.returncode == 0
+    report = json.loads((built / ".farm" / "reports" / "latest-build.json").read_text())
+    assert report["built"] == 0 and report["rows"] == [] and report["up_to_date"] == 30
+    assert tree_bytes(built / "outputs") == before
+
+
+def test_rebuild_elsewhere_is_byte_identical(built: Path, tmp_path: Path) -> None:
+    """A second build from an empty root, from another working directory, with a different
+    environment and one worker, gives identical objects and manifests."""
+    other_cwd = tmp_path / "elsewhere"
+    other_cwd.mkdir()
+    out2 = tmp_path / "out2"
+    env = {"HOME": str(tmp_path / "home"), "TZ": "Asia/Tokyo", "LANG": "de_DE.UTF-8", "PYTHONHASHSEED": "123",
+           "FLYDSL_DEBUG_ENABLE_DEBUG_INFO": "1", "UNRELATED_VARIABLE": "x"}
+    run_farm(built, "build", f"outputs_dir={out2}", "executor.num_cpus=1", env=env, cwd=other_cwd, check=True)
+    assert tree_bytes(out2) == tree_bytes(built / "outputs")
+
+
+def test_build_selection_and_outputs_dir(built: Path, tmp_path: Path) -> None:
+    out3 = tmp_path / "out3"
+    proc = run_farm(built, "build", "targets=[gfx950]", "dtypes=[f32]", f"outputs_dir={out3}", check=True)
+    assert "rows=1 up_to_date=0 to_build=1" in proc.stderr
+    files = sorted(p.relative_to(out3).as_posix() for p in out3.rglob("*.hsaco"))
+    assert files == ["rmsnorm/gfx950/rmsnorm_f32_infer_generic.hsaco"]
+    assert (out3 / "rmsnorm/gfx950/rmsnorm_f32_infer_generic.hsaco").read_bytes() == (
+        built / "outputs/rmsnorm/gfx950/rmsnorm_f32_infer_generic.hsaco").read_bytes()
+
+
+@pytest.fixture()
+def clone(built: Path, tmp_path: Path) -> Path:
+    """A private copy of the built project, free to tamper with."""
+    dest = tmp_path / "clone"
+    shutil.copytree(built, dest, ignore=shutil.ignore_patterns(".farm"))
+    return dest
+
+
+def _object(project: Path, target: str = "gfx942") -> Path:
+    return sorted((project / "outputs" / "rmsnorm" / target).glob("*.hsaco"))[0]
+
+
+def test_check_catches_tampered_object(clone: Path) -> None:
+    obj = _object(clone)
+    data = bytearray(obj.read_bytes())
+    co = read_code_object(bytes(data))
+    text_offset = bytes(data).find(co.sections[".text"][:64])
+    data[text_offset + 16] ^= 0xFF
+    obj.write_bytes(bytes(data))
+    proc = run_farm(clone, "check")
+    assert proc.returncode == 1
+    assert f"DRIFT {obj}: SHA256/size differ" in proc.stdout
+    plan = run_farm(clone, "plan")
+    assert f"tampered        rmsnorm/gfx942/{obj.stem}" in plan.stdout
+
+
+def test_check_catches_edited_manifest(clone: Path) -> None:
+    mpath = clone / "outputs" / "rmsnorm" / "gfx90a" / "manifest.json"
+    data = json.loads(mpath.read_text())
+    data["objects"][0]["kernels"][0]["vgpr_count"] += 1
+    mpath.write_text(json.dumps(data, sort_keys=True, indent=2) + "\n")
+    proc = run_farm(clone, "check")
+    assert proc.returncode == 1
+    assert f"{data['objects'][0]['file']}: manifest 'kernels' does not match the object" in proc.stdout
+
+
+def test_check_catches_reformatted_manifest(clone: Path) -> None:
+    mpath = clone / "outputs" / "rmsnorm" / "gfx950" / "manifest.json"
+    mpath.write_text(json.dumps(json.loads(mpath.read_text())))
+    proc = run_farm(clone, "check")
+    assert proc.returncode == 1 and f"DRIFT {mpath}: edited by hand" in proc.stdout
+
+
+def test_check_catches_edited_kernel_source(clone: Path) -> None:
+    src = clone / "kernels_src" / "rmsnorm" / "rmsnorm_fwd.py"
+    src.write_text(src.read_text() + "\n# an edit\n")
+    proc = run_farm(clone, "check")
+    assert proc.returncode == 1
+    assert "input drift: source kernels_src/rmsnorm/rmsnorm_fwd.py changed since it was built" in proc.stdout
+    plan = run_farm(clone, "plan")
+    assert last_line(plan.stdout) == "rows=30 up_to_date=0 to_build=30"
+
+
+def test_check_catches_missing_and_stray_files(clone: Path) -> None:
+    obj = _object(clone, "gfx12-generic")
+    obj.unlink()
+    stray = clone / "outputs" / "rmsnorm" / "gfx12-generic" / "extra.hsaco"
+    stray.write_bytes(b"x")
+    proc = run_farm(clone, "check")
+    assert proc.returncode == 1
+    assert f"DRIFT {obj}: missing" in proc.stdout
+    assert f"DRIFT {stray}: file not recorded" in proc.stdout
+
+
+def test_wrong_toolchain_refuses_to_build(clone: Path) -> None:
+    pin = clone / "conf" / "toolchain" / "pinned.yaml"
+    pin.write_text(pin.read_text().replace("version: LLD 22.1.8", "version: LLD 19.1.7"))
+    obj = _object(clone)
+    before = obj.read_bytes()
+    proc = run_farm(clone, "build")
+    assert proc.returncode == 2
+    assert "linker.version: pinned 'LLD 19.1.7', found 'LLD 22.1.8'" in proc.stderr
+    assert "farm pin" in proc.stderr
+    assert obj.read_bytes() == before
+    check = run_farm(clone, "check")
+    assert "'toolchain' block differs from the config" in check.stdout
+
+
+def test_interrupted_write_leftovers_are_cleaned(clone: Path) -> None:
+    where = clone / "outputs" / "rmsnorm" / "gfx942"
+    leftover = where / ".rmsnorm_bf16_train_n2560.hsaco.abc.tmp"
+    leftover.write_bytes(b"half")
+    obj = _object(clone)
+    obj.unlink()
+    proc = run_farm(clone, "build", check=True)
+    assert "rows=30 up_to_date=29 to_build=1" in proc.stderr
+    assert not leftover.exists() and obj.is_file()
+    assert run_farm(clone, "check").returncode == 0
