@@ -10,7 +10,9 @@ from .config import FarmConfig
 from .rows import Row
 
 # The farm code that turns a row into bytes: editing it rebuilds everything.
-GENERATOR_FILES = ("compile/lowering.py", "compile/worker.py", "compile/isolate.py", "toolchain.py")
+GENERATOR_FILES = (
+    "compile/lowering.py", "compile/worker.py", "compile/zygote.py", "compile/isolate.py", "toolchain.py",
+)
 
 
 def generator_digest() -> str:

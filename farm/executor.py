@@ -10,12 +10,13 @@ from typing import Any
 from .errors import FarmError
 
 
-def _compile_task(request: dict[str, Any], sources: dict[str, bytes], timeout_s: float) -> dict[str, Any]:
+def _compile_task(request: dict[str, Any], sources: dict[str, bytes], timeout_s: float,
+                  warm: bool) -> dict[str, Any]:
     """Body of one Ray task: an isolated compile on whichever node Ray picked."""
     from farm.compile.isolate import compile_isolated
     from farm.digest import generator_digest
 
-    result = compile_isolated(request, sources, timeout_s)
+    result = compile_isolated(request, sources, timeout_s, warm=warm)
     result["generator"] = generator_digest()
     return result
 
@@ -73,7 +74,7 @@ class RayExecutor:
         self._sources_ref = ray.put(sources)
 
     def submit(self, request: dict[str, Any]) -> None:
-        ref = self._remote.remote(request, self._sources_ref, self.timeout_s)
+        ref = self._remote.remote(request, self._sources_ref, self.timeout_s, bool(self.cfg.get("warm", True)))
         self._keys[ref] = request["key"]
         self._pending.append(ref)
 

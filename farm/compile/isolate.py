@@ -71,7 +71,76 @@ def materialize(sources: dict[str, bytes], root: Path) -> None:
         path.write_bytes(data)
 
 
-def compile_isolated(request: dict[str, Any], sources: dict[str, bytes], timeout_s: float) -> dict[str, Any]:
+class Zygote:
+    """This worker's warm compile server (farm.compile.zygote), started on first use."""
+
+    def __init__(self) -> None:
+        self.home = Path(tempfile.mkdtemp(prefix="farm-zygote-"))
+        (self.home / "home").mkdir()
+        (self.home / "tmp").mkdir()
+        env = child_environment(self.home, {"name": "", "python_arch": ""})
+        self.log = open(self.home / "zygote.log", "wb")  # noqa: SIM115 (lives as long as the zygote)
+        self.proc = subprocess.Popen([sys.executable, "-m", "farm.compile.zygote"], cwd=self.home, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def run(self, work: Path, env: dict[str, str], timeout_s: float) -> int | None:
+        """Fork one compile; returns its exit code (negative: signal), None if the zygote is gone."""
+        job = {"request": str(work / "request.json"), "result": str(work / "object.bin"),
+               "log": str(work / "compile.log"), "env": env, "cwd": str(work), "timeout_s": timeout_s}
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write((json.dumps(job) + "\n").encode())
+            self.proc.stdin.flush()
+            reply = self.proc.stdout.readline()
+        except (BrokenPipeError, OSError):
+            return None
+        return json.loads(reply)["returncode"] if reply else None
+
+    def startup_log(self) -> str:
+        self.log.flush()
+        return (self.home / "zygote.log").read_text(errors="replace")
+
+
+_ZYGOTE: Zygote | None = None
+
+
+def warm_zygote() -> Zygote:
+    global _ZYGOTE
+    if _ZYGOTE is None or not _ZYGOTE.alive():
+        _ZYGOTE = Zygote()
+    return _ZYGOTE
+
+
+def _run_fresh(work: Path, env: dict[str, str], timeout_s: float) -> tuple[int | None, str]:
+    """A new interpreter for this one compile (pays the imports every time)."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "farm.compile.worker", str(work / "request.json"), str(work / "object.bin")],
+            cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            timeout=timeout_s)
+        return proc.returncode, proc.stdout.decode("utf-8", "replace")
+    except subprocess.TimeoutExpired as exc:
+        return None, (exc.stdout or b"").decode("utf-8", "replace") + f"\n[killed after {timeout_s:.0f} s]"
+
+
+def _run_warm(work: Path, env: dict[str, str], timeout_s: float) -> tuple[int | None, str]:
+    """A fork of this worker's warm zygote for this one compile."""
+    zygote = warm_zygote()
+    code = zygote.run(work, env, timeout_s)
+    log_path = work / "compile.log"
+    log = log_path.read_text(errors="replace") if log_path.is_file() else ""
+    if code is None:
+        return None, log + "\n[the warm compile server died]\n" + zygote.startup_log()
+    if code == -14:  # SIGALRM: the child's own time limit
+        return None, log + f"\n[killed after {timeout_s:.0f} s]"
+    return code, log
+
+
+def compile_isolated(request: dict[str, Any], sources: dict[str, bytes], timeout_s: float,
+                     warm: bool = True) -> dict[str, Any]:
     """Compile one row in a child process; never raises for a compile failure, reports it instead."""
     started = time.monotonic()
     result: dict[str, Any] = {"key": request["key"], "node": socket.gethostname(), "pid": os.getpid(),
@@ -89,22 +158,13 @@ def compile_isolated(request: dict[str, Any], sources: dict[str, bytes], timeout
         kernels_root = work / "kernels_src"
         materialize(sources, kernels_root)
         write_linker_shim(work / "rocm")
-        child_request = dict(request, kernels_root=str(kernels_root))
-        (work / "request.json").write_text(json.dumps(child_request))
+        (work / "request.json").write_text(json.dumps(dict(request, kernels_root=str(kernels_root))))
         out = work / "object.bin"
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "farm.compile.worker", str(work / "request.json"), str(out)],
-                cwd=work, env=child_environment(work, request["target"]), stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout_s)
-            log = proc.stdout.decode("utf-8", "replace")
-            code = proc.returncode
-        except subprocess.TimeoutExpired as exc:
-            log = (exc.stdout or b"").decode("utf-8", "replace")
-            code = None
+        env = child_environment(work, request["target"])
+        code, log = (_run_warm if warm else _run_fresh)(work, env, timeout_s)
         result["stderr"] = log
         if code is None:
-            result["error"] = f"compile exceeded {timeout_s:.0f} s and was killed"
+            result["error"] = f"compile did not finish (time limit {timeout_s:.0f} s, or its server died)"
         elif code != 0:
             how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
             result["error"] = f"compiler process {how}"

@@ -1,0 +1,67 @@
+"""A warm compile server: imports torch and FlyDSL once, then forks one child per compile.
+
+Importing torch and flydsl costs ~2.5 s, several times a small compile. The zygote pays it once per
+worker. Each compile still runs in its own process, forked from the same post-import state: an LLVM
+abort kills only that child, and nothing one compile does can leak into the next.
+
+Protocol (one JSON object per line): the parent writes a job {request, result, log, env, cwd,
+timeout_s}; the zygote replies {"returncode": N} (negative: killed by that signal).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import traceback
+
+
+def _run_child(job: dict) -> int:
+    """In the forked child: become a fresh compile process for this job."""
+    fd = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.environ.clear()
+    os.environ.update(job["env"])
+    tempfile.tempdir = None  # re-read TMPDIR from the job's environment
+    os.chdir(job["cwd"])
+    signal.alarm(max(1, int(job["timeout_s"])))  # default SIGALRM action ends a runaway compile
+    from .worker import main
+
+    return main([job["request"], job["result"]])
+
+
+def serve() -> None:
+    import flydsl.compiler  # noqa: F401  (the expensive imports, done once)
+    import flydsl.expr  # noqa: F401
+    import torch  # noqa: F401
+
+    from . import lowering  # noqa: F401
+
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        job = json.loads(line)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = _run_child(job)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        sys.stdout.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    serve()
