@@ -9,6 +9,11 @@ from typing import Any
 
 from .errors import FarmError
 
+# Ray reads these when it is imported, so they are set when this module is: the private local
+# cluster then binds to loopback (INFRA.md) and sends no usage reports.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
 
 def _compile_task(request: dict[str, Any], sources: dict[str, bytes], timeout_s: float,
                   warm: bool) -> dict[str, Any]:
@@ -33,15 +38,17 @@ class RayExecutor:
         self._remote: Any = None
 
     def __enter__(self) -> RayExecutor:
-        # Keep Ray on loopback and quiet (INFRA.md); no usage reporting from a build machine.
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         import ray
 
         kind = self.cfg.get("kind", "local")
         common = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
         try:
             if kind == "local":
+                # Ray read the switch when it was imported; if that was before this module set it,
+                # set Ray's copy too (ray==2.60 keeps it in ray_constants; the test checks the result).
+                from ray._private import ray_constants
+
+                ray_constants.ENABLE_RAY_CLUSTER = False
                 # address="local" always starts a private cluster, never joins a stale one.
                 ray.init(address="local", num_cpus=self.cfg.get("num_cpus") or os.cpu_count(),
                          _node_ip_address="127.0.0.1", **common)
@@ -59,6 +66,12 @@ class RayExecutor:
         except Exception as exc:
             raise FarmError(f"could not start or reach Ray ({kind}): {exc}",
                             "check executor.address, or use the default executor=local") from None
+        if kind == "local":
+            addresses = sorted({n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]})
+            if addresses != ["127.0.0.1"]:
+                ray.shutdown()
+                raise FarmError(f"the local Ray cluster came up on {addresses}, not loopback only",
+                                "import farm.executor before ray, or set RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0")
         self._remote = ray.remote(num_cpus=1, max_retries=int(self.cfg.get("max_retries", 2)),
                                   retry_exceptions=False)(_compile_task)
         return self
