@@ -51,6 +51,15 @@ class Group:
 
 
 @dataclass(frozen=True)
+class Tuning:
+    """Knob settings for the rows that match, without renaming them (e.g. one row's block size)."""
+
+    match: dict[str, Any]
+    targets: tuple[str, ...]
+    set: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class Op:
     """One kernel family as the config declares it."""
 
@@ -61,6 +70,7 @@ class Op:
     symbols: tuple[str, ...]
     targets: tuple[str, ...]
     groups: tuple[Group, ...]
+    tuning: tuple[Tuning, ...] = ()
 
     def compile_identity(self) -> dict[str, Any]:
         """The op-level fields that influence an object's bytes (part of every input digest)."""
@@ -266,6 +276,21 @@ def _op(name: str, spec: dict[str, Any], targets: dict[str, Target]) -> Op:
             raise FarmError(f"{gwhere}: no name_format (group or op level)", "add name_format: '...'")
         groups.append(Group(name=str(g.get("name", i)), axes=dict(g["axes"]), name_format=str(fmt),
                             allow=_allow(gwhere, g.get("allow"), base_allow)))
+    tuning = []
+    for i, t in enumerate(spec.get("tuning") or []):
+        twhere = f"{where} tuning[{i}]"
+        if not isinstance(t, dict) or not isinstance(t.get("set"), dict) or not t["set"]:
+            raise FarmError(f"{twhere}: a tuning entry needs a non-empty 'set' mapping",
+                            "e.g. {match: {dtype: bf16, n: 16384}, set: {block: 512}}")
+        extra = set(t) - {"match", "targets", "set"}
+        if extra:
+            raise FarmError(f"{twhere}: unknown key(s) {sorted(extra)}", "a tuning entry has match, targets, set")
+        bad = [x for x in t.get("targets") or () if x not in spec["targets"]]
+        if bad:
+            raise FarmError(f"{twhere}: target(s) {bad} are not targets of op {name}",
+                            f"accepted: {', '.join(spec['targets'])}")
+        tuning.append(Tuning(match=dict(t.get("match") or {}), targets=tuple(t.get("targets") or ()),
+                             set=dict(t["set"])))
     return Op(name=name, family=str(spec["family"]), generator=str(spec["generator"]),
               spec=str(spec["spec"]), symbols=tuple(spec["symbols"]), targets=tuple(spec["targets"]),
-              groups=tuple(groups))
+              groups=tuple(groups), tuning=tuple(tuning))

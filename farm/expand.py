@@ -21,15 +21,12 @@ def expand_op(cfg: FarmConfig, op: Op) -> list[Row]:
     rows: list[Row] = []
     by_name: dict[str, dict] = {}
     by_knobs: dict[str, str] = {}
+    used = [0] * len(op.tuning)
     for group in op.groups:
         axes = list(group.axes)
         for values in itertools.product(*(group.axes[a] for a in axes)):
             knobs = dict(zip(axes, values, strict=True))
             where = f"op {op.name!r} group {group.name!r} row {knobs}"
-            try:
-                check_row(dict(knobs))
-            except ValueError as exc:
-                raise FarmError(f"{where}: {exc}", f"fix the axis values in conf/op/{op.name}.yaml") from None
             try:
                 name = group.name_format.format(**knobs)
             except (KeyError, IndexError, ValueError) as exc:
@@ -48,9 +45,35 @@ def expand_op(cfg: FarmConfig, op: Op) -> list[Row]:
             by_knobs[knob_key] = name
             by_name[name] = knobs
             for target in op.targets:
-                rows.append(Row(op=op.name, target=target, name=name, group=group.name, knobs=knobs,
+                tuned = _tuned(op, target, knobs, axes, used)
+                try:
+                    check_row(dict(tuned))
+                except ValueError as exc:
+                    raise FarmError(f"{where} for {target}: {exc}",
+                                    f"fix the axis or tuning values in conf/op/{op.name}.yaml") from None
+                rows.append(Row(op=op.name, target=target, name=name, group=group.name, knobs=tuned,
                                 allow=dict(group.allow)))
+    for i, count in enumerate(used):
+        if not count:
+            raise FarmError(f"op {op.name!r} tuning[{i}] {op.tuning[i].match} matches no row",
+                            f"fix its match (and targets) in conf/op/{op.name}.yaml, or remove it")
     return sorted(rows, key=sort_key)
+
+
+def _tuned(op: Op, target: str, knobs: dict, axes: list[str], used: list[int]) -> dict:
+    """The row's knobs after every matching tuning entry (in order) is applied."""
+    tuned = dict(knobs)
+    for i, tuning in enumerate(op.tuning):
+        if tuning.targets and target not in tuning.targets:
+            continue
+        if all(knobs.get(k) == v for k, v in tuning.match.items()):
+            renamed = sorted(set(tuning.set) & set(axes))
+            if renamed:
+                raise FarmError(f"op {op.name!r} tuning[{i}] sets axis knob(s) {renamed}",
+                                "tuning sets knobs that are not axes; to change an axis, edit its values")
+            tuned.update(tuning.set)
+            used[i] += 1
+    return tuned
 
 
 def expand_tables(cfg: FarmConfig) -> dict[Path, str]:
