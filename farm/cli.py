@@ -16,6 +16,9 @@ verbs:
   build              compile what must build (Ray), verify, write outputs/ and manifests
   check              drift guard: re-derive every selected object, manifest and digest
   pin                move the toolchain pin to what is installed (rebuilds everything)
+  push / pull        publish outputs/ with DVC (after farm check) / fetch it and check it
+  status             does outputs/ match outputs.dvc and the instance table? the fixing command
+  diff A B           compare two code objects: header, sections, notes, kernel metadata, .text
 
 selection and paths (Hydra overrides):
   ops=[rmsnorm] targets=[gfx942,gfx950] dtypes=[bf16] outputs_dir=PATH
@@ -122,8 +125,34 @@ def cmd_pin(flags: set[str], overrides: list[str]) -> int:
     return 0
 
 
+def cmd_push(flags: set[str], overrides: list[str]) -> int:
+    from .publish import push
+
+    return push(_load(overrides), flags)
+
+
+def cmd_pull(flags: set[str], overrides: list[str]) -> int:
+    from .publish import pull
+
+    return pull(_load(overrides), flags)
+
+
+def cmd_status(flags: set[str], overrides: list[str]) -> int:
+    from .publish import status
+
+    return status(_load(overrides), flags)
+
+
+def cmd_diff(flags: set[str], overrides: list[str]) -> int:
+    """farm diff A.hsaco B.hsaco: what differs between two code objects, at the code-object level."""
+    from .elfdiff import main as diff_main
+
+    return diff_main(flags, overrides)
+
+
 VERBS: dict[str, Callable[[set[str], list[str]], int]] = {
     "expand": cmd_expand, "plan": cmd_plan, "build": cmd_build, "check": cmd_check, "pin": cmd_pin,
+    "push": cmd_push, "pull": cmd_pull, "status": cmd_status, "diff": cmd_diff,
 }
 
 

@@ -1,0 +1,321 @@
+"""RMSNorm backward, written in FlyDSL: dx per row and a deterministic dgamma.
+
+    x_hat = x * inv_rms[r],  wdy = gamma * dy
+    dx[r, :] = inv_rms[r] * (wdy - x_hat * mean(x_hat * wdy))
+    dgamma   = sum over rows of dy * x_hat
+
+Two kernels in one object, both launched by the same @flyc.jit launcher:
+
+- `rmsnorm_bwd_partial`: `num_programs` workgroups (a run-time argument); program p
+  handles rows p, p + num_programs, ... .  Each lane owns fixed column slots for the whole
+  launch, so gamma and the program's dgamma partial stay in registers across its rows; at
+  the end every program writes its f32 partial row to `workspace[p, :N]`.
+- `rmsnorm_bwd_reduce`: sums `workspace` over programs into dgamma in a fixed order
+  (no atomics), so dgamma is bitwise reproducible for given M, N, num_programs.
+
+Every global access goes through a buffer descriptor whose byte bound is the row (or
+the workspace), so tail lanes load zeros and their stores are dropped without masks.
+Kernel arguments: see SOURCE.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import flydsl.compiler as flyc
+import flydsl.expr as fx
+import torch
+from flydsl.expr import rocdl
+from flydsl.runtime.device import get_rocm_arch, get_warp_size
+from rmsnorm_bwd.spec import (
+    DTYPE_FORMS,
+    ELEM_BYTES,
+    REDUCE_COLS,
+    REDUCE_GROUPS,
+    REDUCE_UNROLL,
+    VEC_BYTES,
+    check_row,
+    partial_plan,
+    vec_elems,
+)
+
+_FX_TYPES = {"bf16": fx.BFloat16, "f16": fx.Float16, "f32": fx.Float32}
+_TORCH_TYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+# Small trace shapes: only dtypes reach the object, never these sizes.
+_TRACE_M = 4
+_TRACE_PROGRAMS = 2
+_TRACE_N_GENERIC = 64
+_REDUCE_THREADS = REDUCE_COLS * REDUCE_GROUPS
+# Launch on the null stream unless the caller passes one (one shared default object).
+_NULL_STREAM = fx.Stream(None)
+
+
+def target_arch() -> str:
+    """Arch being compiled for: the same resolution order FlyDSL's backend uses."""
+    return (os.environ.get("ARCH") or get_rocm_arch()).lower()
+
+
+def _put(array: Any, idx: Any, value: Any) -> None:
+    # Subscript-store through a call: written inline inside a run-time `if`,
+    # FlyDSL's AST rewriter treats `array` as a branch live-out and rejects it.
+    array[idx] = value
+
+
+def _tree_sum(parts: list) -> Any:
+    # Pairwise sum in a fixed order.  Outside the kernel on purpose: FlyDSL's AST rewriter
+    # turns any `while` in a kernel body into scf.while, even a trace-time one.
+    while len(parts) > 1:
+        pairs = [parts[i : i + 2] for i in range(0, len(parts), 2)]
+        parts = [p[0] + p[1] if len(p) == 2 else p[0] for p in pairs]
+    return parts[0]
+
+
+def _rsrc(ptr: Any, nbytes: Any) -> Any:
+    # Bounds = the row (or buffer) itself: loads past it read 0, stores past it vanish.
+    return rocdl.get_buffer_rsrc(rocdl.make_buffer_ptr(ptr, num_records_bytes=fx.Int64(nbytes)))
+
+
+def _bits_type(nbytes: int) -> tuple[Any, type]:
+    return (fx.T.i16, fx.Int16) if nbytes == 2 else (fx.T.i32, fx.Int32)
+
+
+def _load_elem(rsrc: Any, idx: Any, t: type, nbytes: int) -> fx.Float32:
+    ir_ty, bits_t = _bits_type(nbytes)
+    raw = rocdl.raw_ptr_buffer_load(ir_ty, rsrc, idx * nbytes, 0)
+    return bits_t(raw).bitcast(t).to(fx.Float32)
+
+
+def _store_elem(rsrc: Any, idx: Any, value: fx.Float32, t: type, nbytes: int) -> None:
+    bits = value.to(t).bitcast(_bits_type(nbytes)[1])
+    rocdl.raw_ptr_buffer_store(bits.ir_value(), rsrc, fx.Int32(idx * nbytes).ir_value(), fx.Int32(0).ir_value())
+
+
+def _load_slot(rsrc: Any, slot: Any, vec: int, t: type, nbytes: int, wide: bool) -> fx.Vector:
+    """The `vec` elements of slot `slot` (elements slot*vec ...), as f32.
+
+    wide: 16-byte accesses (the slot is 16-byte aligned); else one access per element.
+    """
+    if not wide:
+        return fx.Vector.from_elements([_load_elem(rsrc, slot * vec + e, t, nbytes) for e in range(vec)], fx.Float32)
+    parts = vec * nbytes // VEC_BYTES
+    base = slot * (vec * nbytes)
+    raw = [
+        fx.Vector(rocdl.raw_ptr_buffer_load(fx.T.vec(4, fx.T.i32), rsrc, base + p * VEC_BYTES, 0)).bitcast(t)
+        for p in range(parts)
+    ]
+    v = raw[0] if parts == 1 else raw[0].shuffle(raw[1], list(range(vec)))
+    return v.to(fx.Float32)
+
+
+def _store_slot(rsrc: Any, slot: Any, value: fx.Vector, vec: int, t: type, nbytes: int, wide: bool) -> None:
+    """Round the f32 `value` once to `t` and store it to slot `slot`."""
+    if not wide:
+        for e in range(vec):
+            _store_elem(rsrc, slot * vec + e, value[e], t, nbytes)
+        return
+    raw = value.to(t).bitcast(fx.Int32)
+    parts = vec * nbytes // VEC_BYTES
+    for p in range(parts):
+        chunk = raw if parts == 1 else raw.shuffle(raw, list(range(4 * p, 4 * p + 4)))
+        offset = fx.Int32(slot * (vec * nbytes) + p * VEC_BYTES).ir_value()
+        rocdl.raw_ptr_buffer_store(chunk, rsrc, offset, fx.Int32(0).ir_value())
+
+
+def _build(dtype: str, n_baked: int, n_max: int, wave: int) -> Callable:
+    """The @flyc.jit launcher for one knob row, planned for a `wave`-lane target."""
+    x_name, g_name = DTYPE_FORMS[dtype]
+    x_t, g_t = _FX_TYPES[x_name], _FX_TYPES[g_name]
+    x_bytes, g_bytes = ELEM_BYTES[x_name], ELEM_BYTES[g_name]
+    vec = vec_elems(dtype)  # x elements per 16-byte access = columns per slot
+    threads, slots = partial_plan(n_baked or n_max, vec)
+    n_waves = threads // wave
+    reduce_grid_baked = -(-n_baked // REDUCE_COLS)
+
+    # Explicit names: the symbols do not depend on FlyDSL's per-launcher kernel counter.
+    @flyc.kernel(name="rmsnorm_bwd_partial")
+    def rmsnorm_bwd_partial(
+        x: fx.Pointer,
+        gamma: fx.Pointer,
+        dy: fx.Pointer,
+        inv_rms: fx.Pointer,
+        dx: fx.Pointer,
+        workspace: fx.Pointer,
+        m: fx.Int32,
+        n: fx.Int32,
+        num_programs: fx.Int32,
+        x_row_stride: fx.Int32,
+        dy_row_stride: fx.Int32,
+        dx_row_stride: fx.Int32,
+    ):
+        if fx.const_expr(fx.gpu.num_warp_threads() != wave):
+            raise ValueError(f"wave size mismatch: planned {wave}, target {fx.gpu.num_warp_threads()}")
+        pid = fx.block_idx.x
+        tid = fx.thread_idx.x
+        lds = None
+        if fx.const_expr(n_waves > 1):
+            # Two banks, alternating by row: a row's writes can never overwrite partials a
+            # slower wave still reads, so one barrier per row suffices.  A bank has a slot
+            # per lane so every lane stores unconditionally: no branch in the row loop,
+            # which would let LLVM sink work past the barrier and lengthen live ranges.
+            lds = fx.SharedAllocator().allocate(fx.Array[fx.Float32, 2 * threads, 16]).peek()
+
+        def block_sum(v: fx.Float32, bank: fx.Int32) -> fx.Float32:
+            v = fx.coop.warp_reduce(v, fx.ReductionOp.ADD)
+            if fx.const_expr(n_waves == 1):
+                return v
+            base = bank * threads
+            _put(lds, base + tid, v)
+            fx.gpu.barrier()
+            # Every lane folds the waves' totals (each wave's lane-0 slot) in one fixed tree.
+            return _tree_sum([lds[base + w * wave] for w in fx.range_constexpr(n_waves)])
+
+        def program_rows(n_cols: Any, inv_n: Any, wide: bool) -> None:
+            # Lane tid owns slots tid + s*threads (columns slot*vec ...) for every row.
+            g_rs = _rsrc(gamma, fx.Int64(n_cols) * g_bytes)
+            gs = [_load_slot(g_rs, tid + s * threads, vec, g_t, g_bytes, wide) for s in fx.range_constexpr(slots)]
+            acc = [fx.Vector.filled(vec, 0.0, fx.Float32) for _s in fx.range_constexpr(slots)]
+            bank = fx.Int32(0)
+            for row in range(pid, m, num_programs):
+                x_rs = _rsrc(x + fx.Int64(row) * fx.Int64(x_row_stride), fx.Int64(n_cols) * x_bytes)
+                dy_rs = _rsrc(dy + fx.Int64(row) * fx.Int64(dy_row_stride), fx.Int64(n_cols) * x_bytes)
+                dx_rs = _rsrc(dx + fx.Int64(row) * fx.Int64(dx_row_stride), fx.Int64(n_cols) * x_bytes)
+                rstd = inv_rms[row]
+                xs = [_load_slot(x_rs, tid + s * threads, vec, x_t, x_bytes, wide) for s in fx.range_constexpr(slots)]
+                dys = [_load_slot(dy_rs, tid + s * threads, vec, x_t, x_bytes, wide) for s in fx.range_constexpr(slots)]
+                xh = [xs[s] * rstd for s in fx.range_constexpr(slots)]
+                wdy = [dys[s] * gs[s] for s in fx.range_constexpr(slots)]
+                part = xh[0] * wdy[0]
+                for s in fx.range_constexpr(1, slots):
+                    part = fx.math.fma(xh[s], wdy[s], part)
+                # dgamma before the reduction: dy is then dead across the barrier (fewer VGPRs).
+                acc = [fx.math.fma(dys[s], xh[s], acc[s]) for s in fx.range_constexpr(slots)]
+                c = block_sum(part.reduce(fx.ReductionOp.ADD), bank) * inv_n
+                if fx.const_expr(not wide):
+                    # Element path: re-read x and dy (cache hits) instead of keeping one VGPR per
+                    # element live across the barrier; keeps the n_max=16384 tier under 256 VGPRs.
+                    xh = [_load_slot(x_rs, tid + s * threads, vec, x_t, x_bytes, wide) * rstd for s in fx.range_constexpr(slots)]
+                    wdy = [_load_slot(dy_rs, tid + s * threads, vec, x_t, x_bytes, wide) * gs[s] for s in fx.range_constexpr(slots)]
+                for s in fx.range_constexpr(slots):
+                    _store_slot(dx_rs, tid + s * threads, (wdy[s] - xh[s] * c) * rstd, vec, x_t, x_bytes, wide)
+                bank = 1 - bank
+            # This program's dgamma partial row (zeros if it had no rows).
+            ws_rs = _rsrc(workspace + fx.Int64(pid) * fx.Int64(n_cols), fx.Int64(n_cols) * 4)
+            for s in fx.range_constexpr(slots):
+                _store_slot(ws_rs, tid + s * threads, acc[s], vec, fx.Float32, 4, wide)
+
+        if fx.const_expr(n_baked > 0):
+            program_rows(n_baked, 1.0 / n_baked, True)
+        else:
+            inv_n = 1.0 / n.to(fx.Float32)
+            # 16-byte accesses need whole vectors per row and 16-byte aligned rows; the
+            # workspace rows (stride N f32) are then 16-byte aligned too.
+            ptrs = fx.ptrtoint(x) | fx.ptrtoint(dy) | fx.ptrtoint(dx) | fx.ptrtoint(gamma) | fx.ptrtoint(workspace)
+            uneven = (n | x_row_stride | dy_row_stride | dx_row_stride) & (vec - 1)
+            if ((ptrs & (VEC_BYTES - 1)) == 0) & (uneven == 0):
+                program_rows(n, inv_n, True)
+            else:
+                program_rows(n, inv_n, False)
+
+    @flyc.kernel(name="rmsnorm_bwd_reduce")
+    def rmsnorm_bwd_reduce(
+        workspace: fx.Pointer,
+        dgamma: fx.Pointer,
+        n: fx.Int32,
+        num_programs: fx.Int32,
+    ):
+        tid = fx.thread_idx.x
+        lds = fx.SharedAllocator().allocate(fx.Array[fx.Float32, _REDUCE_THREADS, 16]).peek()
+        if fx.const_expr(n_baked > 0):
+            n_cols = n_baked
+        else:
+            n_cols = n
+        lane = tid % REDUCE_COLS
+        group = tid // REDUCE_COLS
+        col = fx.block_idx.x * REDUCE_COLS + lane
+        # One descriptor over the whole workspace: rows p >= num_programs read as 0.
+        ws_rs = _rsrc(workspace, fx.Int64(num_programs) * fx.Int64(n_cols) * 4)
+        acc = fx.Float32(0.0)
+        # Programs group, group + G, ... summed strictly in increasing order.
+        for p in range(group, num_programs, REDUCE_GROUPS * REDUCE_UNROLL):
+            vals = [
+                _load_elem(ws_rs, (p + u * REDUCE_GROUPS) * n_cols + col, fx.Float32, 4)
+                for u in fx.range_constexpr(REDUCE_UNROLL)
+            ]
+            for u in fx.range_constexpr(REDUCE_UNROLL):
+                acc = acc + vals[u]
+        _put(lds, tid, acc)
+        fx.gpu.barrier()
+        if group == 0:
+            total = lds[lane]
+            for g in fx.range_constexpr(1, REDUCE_GROUPS):
+                total = total + lds[g * REDUCE_COLS + lane]
+            _store_elem(_rsrc(dgamma, fx.Int64(n_cols) * g_bytes), col, total, g_t, g_bytes)
+
+    @flyc.jit
+    def launch(
+        x: fx.Tensor,
+        gamma: fx.Tensor,
+        dy: fx.Tensor,
+        inv_rms: fx.Tensor,
+        dx: fx.Tensor,
+        dgamma: fx.Tensor,
+        workspace: fx.Tensor,
+        m: fx.Int32,
+        n: fx.Int32,
+        num_programs: fx.Int32,
+        x_row_stride: fx.Int32,
+        dy_row_stride: fx.Int32,
+        dx_row_stride: fx.Int32,
+        stream: fx.Stream = _NULL_STREAM,
+    ):
+        rmsnorm_bwd_partial(
+            fx.get_iter(x),
+            fx.get_iter(gamma),
+            fx.get_iter(dy),
+            fx.get_iter(inv_rms),
+            fx.get_iter(dx),
+            fx.get_iter(workspace),
+            m,
+            n,
+            num_programs,
+            x_row_stride,
+            dy_row_stride,
+            dx_row_stride,
+        ).launch(grid=(num_programs, 1, 1), block=(threads, 1, 1), stream=stream)
+        if fx.const_expr(n_baked > 0):
+            reduce_grid = reduce_grid_baked
+        else:
+            reduce_grid = (n + (REDUCE_COLS - 1)) // REDUCE_COLS
+        rmsnorm_bwd_reduce(fx.get_iter(workspace), fx.get_iter(dgamma), n, num_programs).launch(
+            grid=(reduce_grid, 1, 1), block=(_REDUCE_THREADS, 1, 1), stream=stream
+        )
+
+    return launch
+
+
+def launcher_and_args(knobs: dict) -> tuple[Callable, tuple]:
+    """Return a @flyc.jit launcher and CPU torch args.
+
+    Calling launcher(*args) under COMPILE_ONLY traces and compiles one object holding both
+    kernels; the trace shapes (M=4, N=n or 64, 2 programs) are not part of it: M, N,
+    num_programs and the strides are kernel arguments.
+    """
+    check_row(knobs)
+    dtype, n, n_max = knobs["dtype"], knobs["n"], knobs["n_max"]
+    launcher = _build(dtype, n, n_max, get_warp_size(target_arch()))
+    x_name, g_name = DTYPE_FORMS[dtype]
+    cols = n or _TRACE_N_GENERIC
+    x = torch.zeros(_TRACE_M, cols, dtype=_TORCH_TYPES[x_name])
+    gamma = torch.ones(cols, dtype=_TORCH_TYPES[g_name])
+    dy = torch.zeros_like(x)
+    inv_rms = torch.ones(_TRACE_M, dtype=torch.float32)
+    dx = torch.empty_like(x)
+    dgamma = torch.empty_like(gamma)
+    workspace = torch.empty(_TRACE_PROGRAMS, cols, dtype=torch.float32)
+    args = (
+        x, gamma, dy, inv_rms, dx, dgamma, workspace,
+        _TRACE_M, cols, _TRACE_PROGRAMS, x.stride(0), dy.stride(0), dx.stride(0),
+    )  # fmt: skip
+    return launcher, args
