@@ -27,7 +27,7 @@ STDERR_TAIL_LINES = 40
 def _request(cfg: FarmConfig, row: Row) -> dict[str, Any]:
     op = cfg.ops[row.op]
     return {"key": row.key, "generator": op.generator, "knobs": row.knobs,
-            "target": cfg.targets[row.target].as_dict()}
+            "target": cfg.targets[row.target].as_dict(), "linker": cfg.toolchain_pin.get("linker")}
 
 
 class DirectoryWriter:
@@ -120,7 +120,7 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row], log: 
         rows = {d.row.key: d.row for d in todo}
         with RayExecutor(cfg.executor, cfg.compile_timeout_s) as pool:
             pool.share_sources(collect(cfg.kernels_dir))
-            for d in todo:
+            for d in (reversed(todo) if cfg.extra.get("row_order") == "reversed" else todo):
                 pool.submit(_request(cfg, d.row))
             bar = tqdm(total=len(todo), desc="compiling", unit="obj", file=log, disable=None)
             for result in pool.completed():

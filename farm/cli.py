@@ -89,7 +89,7 @@ def cmd_build(flags: set[str], overrides: list[str]) -> int:
     decisions = decide(cfg, rows)
     print(summary_line(decisions), file=sys.stderr)
     if any(d.builds for d in decisions):
-        require_pin(cfg.toolchain_pin, installed(cfg.root / ".farm" / "cache"))
+        require_pin(cfg.toolchain_pin, installed(cfg.root / ".farm" / "cache", cfg.toolchain_pin.get("linker")))
     failed = build(cfg, decisions, every)
     return 1 if failed else 0
 
@@ -113,7 +113,7 @@ def cmd_pin(flags: set[str], overrides: list[str]) -> int:
     from .toolchain import differences, installed, pin_text
 
     cfg = _load(overrides)
-    found = installed(cfg.root / ".farm" / "cache")
+    found = installed(cfg.root / ".farm" / "cache", cfg.toolchain_pin.get("linker"))
     diff = differences(cfg.toolchain_pin, found)
     if not diff:
         print("the pin already matches the installed toolchain")

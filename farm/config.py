@@ -88,6 +88,7 @@ class FarmConfig:
     selected_ops: tuple[str, ...]
     selected_targets: tuple[str, ...]
     selected_dtypes: tuple[str, ...]
+    selected_names: tuple[str, ...]
     outputs_dir: Path
     instances_dir: Path
     kernels_dir: Path
@@ -169,9 +170,10 @@ def load(root: Path, overrides: list[str]) -> FarmConfig:
 
     selected_ops = _selection("ops", raw.get("ops"), sorted(ops))
     selected_targets = _selection("targets", raw.get("targets"), sorted(targets))
-    dtypes = raw.get("dtypes") or []
-    if not isinstance(dtypes, list) or not all(isinstance(d, str) for d in dtypes):
-        raise FarmError(f"dtypes must be a list of names, got {dtypes!r}", "e.g. dtypes=[bf16,f16]")
+    dtypes = _name_list("dtypes", raw.get("dtypes"), "e.g. dtypes=[bf16,f16]")
+    names = _name_list("names", raw.get("names"), "e.g. names=[rmsnorm_bf16_infer_n4096]")
+    if raw.get("row_order") not in ("sorted", "reversed"):
+        raise FarmError(f"row_order={raw.get('row_order')!r}; accepted: sorted, reversed", "e.g. row_order=reversed")
 
     def path_of(key: str) -> Path:
         value = Path(str(raw[key])).expanduser()
@@ -186,15 +188,25 @@ def load(root: Path, overrides: list[str]) -> FarmConfig:
         selected_ops=selected_ops,
         selected_targets=selected_targets,
         selected_dtypes=tuple(dtypes),
+        selected_names=tuple(names),
         outputs_dir=path_of("outputs_dir"),
         instances_dir=path_of("instances_dir"),
         kernels_dir=path_of("kernels_dir"),
         report_dir=path_of("report_dir"),
         compile_timeout_s=float(raw["compile_timeout_s"]),
         extra={k: v for k, v in raw.items() if k not in {
-            "target_table", "op_table", "toolchain", "executor", "ops", "targets", "dtypes",
+            "target_table", "op_table", "toolchain", "executor", "ops", "targets", "dtypes", "names",
             "outputs_dir", "instances_dir", "kernels_dir", "report_dir", "compile_timeout_s"}},
     )
+
+
+def _name_list(key: str, value: Any, example: str) -> list[str]:
+    value = value or []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise FarmError(f"{key} must be a list of names, got {value!r}", example)
+    return value
 
 
 def _selection(key: str, value: Any, accepted: list[str]) -> tuple[str, ...]:

@@ -1,8 +1,9 @@
 """The toolchain pin: what is installed, whether it matches conf/toolchain/, and the linker shim.
 
 FlyDSL's ROCDL serializer runs `$ROCM_PATH/llvm/bin/ld.lld`. The pinned linker is the LLD inside
-the `ziglang` wheel; a two-line shim at that path makes FlyDSL use it. Its identity ends up in
-every object's .comment section, so its version and binary hash are part of the pin.
+the `ziglang` wheel (pin `linker.package`), or any ld.lld binary (pin `linker.path`, e.g. Debian's
+lld-19 for a second, test toolchain); a two-line shim at that path makes FlyDSL use it. Its identity
+ends up in every object's .comment section, so its version and binary hash are part of the pin.
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ from .errors import FarmError
 LINKER_PACKAGE = "ziglang"
 
 
-def linker_binary() -> Path:
+def linker_binary(linker: dict[str, Any] | None = None) -> Path:
+    """The binary the pin's linker entry names (the ziglang wheel's zig unless `path` is given)."""
+    if linker and linker.get("path"):
+        path = Path(str(linker["path"]))
+        if not os.access(path, os.X_OK):
+            raise FarmError(f"linker missing: {path} (pinned linker.path) is not an executable",
+                            "install it (e.g. apt-get install lld-19) or pick another toolchain")
+        return path
     spec = importlib.util.find_spec(LINKER_PACKAGE)
     if spec is None or spec.origin is None:
         raise FarmError("linker missing: the pinned LLD comes from the Python package 'ziglang', "
@@ -41,15 +49,21 @@ def _dist_version(name: str) -> str | None:
         return None
 
 
-def _linker_version(zig: Path) -> str:
+def linker_command(linker: dict[str, Any] | None = None) -> list[str]:
+    binary = linker_binary(linker)
+    return [str(binary)] if linker and linker.get("path") else [str(binary), "ld.lld"]
+
+
+def _linker_version(command: list[str]) -> str:
+    shown = " ".join(command)
     try:
-        out = subprocess.run([str(zig), "ld.lld", "--version"], capture_output=True, text=True, timeout=60,
+        out = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=60,
                              env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"})
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise FarmError(f"linker {zig} does not run ({exc})", "reinstall the ziglang package") from None
+        raise FarmError(f"linker {shown} does not run ({exc})", "reinstall the pinned linker") from None
     first = (out.stdout or out.stderr).strip().splitlines()[:1]
     if out.returncode != 0 or not first:
-        raise FarmError(f"linker {zig} ld.lld --version failed: {out.stderr.strip()}", "reinstall ziglang")
+        raise FarmError(f"linker {shown} --version failed: {out.stderr.strip()}", "reinstall the pinned linker")
     # "LLD 22.1.8 (compatible with GNU linkers)" -> "LLD 22.1.8", the string written to .comment.
     return first[0].split(" (")[0]
 
@@ -76,17 +90,22 @@ def _cached_sha256(path: Path, cache_file: Path | None) -> str:
     return digest
 
 
-def installed(cache_dir: Path | None = None) -> dict[str, Any]:
-    """The toolchain of this process's environment, in the same shape as conf/toolchain/pinned.yaml."""
-    zig = linker_binary()
+def installed(cache_dir: Path | None = None, linker: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The toolchain of this process's environment, in the shape of the pin, for the pin's kind of
+    linker (`linker`: the pin's linker entry; None means the ziglang package)."""
+    binary = linker_binary(linker)
+    found: dict[str, Any] = {
+        "version": _linker_version(linker_command(linker)),
+        "sha256": _cached_sha256(binary, cache_dir / "linker-sha256.json" if cache_dir else None),
+    }
+    if linker and linker.get("path"):
+        found["path"] = str(linker["path"])
+    else:
+        found["package"] = f"{LINKER_PACKAGE}=={_dist_version(LINKER_PACKAGE)}"
     return {
         "flydsl": _dist_version("flydsl"),
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
-        "linker": {
-            "package": f"{LINKER_PACKAGE}=={_dist_version(LINKER_PACKAGE)}",
-            "version": _linker_version(zig),
-            "sha256": _cached_sha256(zig, cache_dir / "linker-sha256.json" if cache_dir else None),
-        },
+        "linker": found,
     }
 
 
@@ -111,11 +130,11 @@ def require_pin(pin: dict[str, Any], found: dict[str, Any], where: str = "this m
             "`farm pin` (every object will rebuild; see REGEN.md)")
 
 
-def write_linker_shim(rocm_dir: Path) -> Path:
+def write_linker_shim(rocm_dir: Path, linker: dict[str, Any] | None = None) -> Path:
     """Create `<rocm_dir>/llvm/bin/ld.lld` that runs the pinned LLD; returns `rocm_dir` for ROCM_PATH."""
     shim = rocm_dir / "llvm" / "bin" / "ld.lld"
     shim.parent.mkdir(parents=True, exist_ok=True)
-    text = f'#!/bin/sh\nexec "{linker_binary()}" ld.lld "$@"\n'
+    text = "#!/bin/sh\nexec " + " ".join(f'"{part}"' for part in linker_command(linker)) + ' "$@"\n'
     if not shim.is_file() or shim.read_text() != text:
         tmp = shim.with_suffix(".tmp")
         tmp.write_text(text)
@@ -127,6 +146,7 @@ def write_linker_shim(rocm_dir: Path) -> Path:
 def pin_text(found: dict[str, Any]) -> str:
     """conf/toolchain/pinned.yaml for `found` (used by `farm pin`)."""
     link = found["linker"]
+    where = f"  path: {link['path']}\n" if "path" in link else f"  package: {link['package']}\n"
     return (
         "# The toolchain pin. Every object's bytes depend on these; every manifest records them and\n"
         "# `farm build` refuses to build when the installed toolchain differs.\n"
@@ -134,7 +154,7 @@ def pin_text(found: dict[str, Any]) -> str:
         f"flydsl: {found['flydsl']}\n"
         f"python: '{found['python']}'\n"
         "linker:\n"
-        f"  package: {link['package']}\n"
+        f"{where}"
         f"  version: {link['version']}\n"
         f"  sha256: {link['sha256']}\n"
     )

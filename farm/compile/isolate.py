@@ -53,15 +53,15 @@ def child_environment(work: Path, target: dict[str, Any]) -> dict[str, str]:
     }
 
 
-_FINGERPRINT: dict[str, Any] | None = None
+_FINGERPRINTS: dict[str, dict[str, Any]] = {}
 
 
-def worker_toolchain() -> dict[str, Any]:
-    """This worker process's toolchain, computed once per process."""
-    global _FINGERPRINT
-    if _FINGERPRINT is None:
-        _FINGERPRINT = installed(Path(tempfile.gettempdir()) / "farm-toolchain-cache")
-    return _FINGERPRINT
+def worker_toolchain(linker: dict[str, Any] | None) -> dict[str, Any]:
+    """This worker process's toolchain for the pin's kind of linker, computed once per process."""
+    key = json.dumps(linker, sort_keys=True)
+    if key not in _FINGERPRINTS:
+        _FINGERPRINTS[key] = installed(Path(tempfile.gettempdir()) / "farm-toolchain-cache", linker)
+    return _FINGERPRINTS[key]
 
 
 def materialize(sources: dict[str, bytes], root: Path) -> None:
@@ -146,7 +146,7 @@ def compile_isolated(request: dict[str, Any], sources: dict[str, bytes], timeout
     result: dict[str, Any] = {"key": request["key"], "node": socket.gethostname(), "pid": os.getpid(),
                               "ok": False, "elf": None, "sources": {}, "stderr": "", "error": None}
     try:
-        result["toolchain"] = worker_toolchain()
+        result["toolchain"] = worker_toolchain(request.get("linker"))
     except Exception as exc:  # the driver reports a worker without the pinned toolchain by node
         result["toolchain"] = None
         result["error"] = f"toolchain on node {socket.gethostname()} unusable: {exc}"
@@ -157,7 +157,7 @@ def compile_isolated(request: dict[str, Any], sources: dict[str, bytes], timeout
             (work / sub).mkdir()
         kernels_root = work / "kernels_src"
         materialize(sources, kernels_root)
-        write_linker_shim(work / "rocm")
+        write_linker_shim(work / "rocm", request.get("linker"))
         (work / "request.json").write_text(json.dumps(dict(request, kernels_root=str(kernels_root))))
         out = work / "object.bin"
         env = child_environment(work, request["target"])
