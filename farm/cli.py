@@ -15,6 +15,8 @@ verbs:
   plan               which selected rows are up to date and which would build, and why
   build              compile what must build (Ray), verify, write outputs/ and manifests
   check              drift guard: re-derive every selected object, manifest and digest
+  audit              rebuild the selection elsewhere, varied; compare byte-for-byte with outputs/
+                     (audit.sample=N for a deterministic sample; audit.vary.umask=false etc.)
   pin                move the toolchain pin to what is installed (rebuilds everything)
   push / pull        publish outputs/ with DVC (after farm check) / fetch it and check it
   status             does outputs/ match outputs.dvc and the instance table? the fixing command
@@ -108,6 +110,14 @@ def cmd_check(flags: set[str], overrides: list[str]) -> int:
     return 1 if found else 0
 
 
+def cmd_audit(flags: set[str], overrides: list[str]) -> int:
+    from .audit import audit
+
+    cfg = _load(overrides)
+    rows, every = _rows(cfg)
+    return audit(cfg, rows, every, overrides)
+
+
 def cmd_pin(flags: set[str], overrides: list[str]) -> int:
     from .atomic import write_text_atomic
     from .toolchain import differences, installed, pin_text
@@ -152,7 +162,7 @@ def cmd_diff(flags: set[str], overrides: list[str]) -> int:
 
 VERBS: dict[str, Callable[[set[str], list[str]], int]] = {
     "expand": cmd_expand, "plan": cmd_plan, "build": cmd_build, "check": cmd_check, "pin": cmd_pin,
-    "push": cmd_push, "pull": cmd_pull, "status": cmd_status, "diff": cmd_diff,
+    "audit": cmd_audit, "push": cmd_push, "pull": cmd_pull, "status": cmd_status, "diff": cmd_diff,
 }
 
 

@@ -90,12 +90,14 @@ def select(cfg: FarmConfig, rows: list[Row]) -> list[Row]:
                             f"accepted: {', '.join(known)}", "pick from the accepted dtypes")
         rows = [r for r in rows if r.knobs.get("dtype") in cfg.selected_dtypes]
     if cfg.selected_names:
-        known_names = {r.name for r in rows}
+        # A name selects that object on every selected target; op/target/name selects one row.
+        known_names = {r.name for r in rows} | {r.key for r in rows}
         unknown = [n for n in cfg.selected_names if n not in known_names]
         if unknown:
             near = difflib.get_close_matches(unknown[0], sorted(known_names), n=3)
             raise FarmError(f"no selected row is named {', '.join(map(repr, unknown))}"
                             + (f"; close: {', '.join(near)}" if near else ""),
                             "names are object names without .hsaco, as in instances/ (see `farm plan -v`)")
-        rows = [r for r in rows if r.name in cfg.selected_names]
+        wanted = set(cfg.selected_names)
+        rows = [r for r in rows if r.name in wanted or r.key in wanted]
     return sorted(rows, key=sort_key)
