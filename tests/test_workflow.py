@@ -1,0 +1,65 @@
+"""The workflow users run most: add a row, retune a row, edit one family's source; only that rebuilds."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import last_line, run_farm
+
+
+@pytest.fixture()
+def project(built: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "p"
+    shutil.copytree(built, dest, ignore=shutil.ignore_patterns(".farm"))
+    return dest
+
+
+def snapshot(project: Path) -> dict[str, bytes]:
+    out = project / "outputs"
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*.hsaco"))}
+
+
+def entries(project: Path) -> dict[str, str]:
+    """Every manifest entry, as canonical JSON, keyed by op/target/file."""
+    found = {}
+    for mpath in sorted((project / "outputs").rglob("manifest.json")):
+        rel = mpath.parent.relative_to(project / "outputs").as_posix()
+        for entry in json.loads(mpath.read_text())["objects"]:
+            found[f"{rel}/{entry['file']}"] = json.dumps(entry, sort_keys=True)
+    return found
+
+
+def built_keys(project: Path) -> list[str]:
+    report = json.loads((project / ".farm" / "reports" / "latest-build.json").read_text())
+    return sorted(r["key"] for r in report["rows"] if r["written"])
+
+
+def test_adding_a_baked_width_builds_exactly_the_new_rows(project: Path) -> None:
+    table = project / "instances" / "rmsnorm.jsonl"
+    before_rows = table.read_text().splitlines()
+    before_objects, before_entries = snapshot(project), entries(project)
+    conf = project / "conf" / "op" / "rmsnorm.yaml"
+    conf.write_text(conf.read_text().replace("n: [2560, 16384]", "n: [2560, 4096, 16384]"))
+
+    run_farm(project, "expand", check=True)
+    after_rows = table.read_text().splitlines()
+    added = sorted(set(after_rows) - set(before_rows))
+    assert not set(before_rows) - set(after_rows)  # nothing removed or rewritten
+    new_keys = sorted(f"{r['op']}/{r['target']}/{r['name']}" for r in map(json.loads, added))
+    assert len(new_keys) == 10 and all("_n4096" in k for k in new_keys)  # 2 dtypes x 5 targets
+
+    plan = run_farm(project, "plan", check=True)
+    assert last_line(plan.stdout) == "rows=40 up_to_date=30 to_build=10"
+    planned = sorted(line.split()[1] for line in plan.stdout.splitlines()[:-1])
+    assert planned == new_keys and all(line.startswith("new ") for line in plan.stdout.splitlines()[:-1])
+
+    run_farm(project, "build", check=True)
+    assert built_keys(project) == new_keys
+    after_objects, after_entries = snapshot(project), entries(project)
+    assert {k: after_objects[k] for k in before_objects} == before_objects
+    assert {k: after_entries[k] for k in before_entries} == before_entries
+    assert len(after_objects) == 40
+    assert run_farm(project, "check").returncode == 0
