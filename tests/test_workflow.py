@@ -63,3 +63,23 @@ def test_adding_a_baked_width_builds_exactly_the_new_rows(project: Path) -> None
     assert {k: after_entries[k] for k in before_entries} == before_entries
     assert len(after_objects) == 40
     assert run_farm(project, "check").returncode == 0
+
+
+def test_retuning_one_row_rebuilds_that_row_only(project: Path) -> None:
+    before_objects, before_entries = snapshot(project), entries(project)
+    conf = project / "conf" / "op" / "rmsnorm.yaml"
+    conf.write_text(conf.read_text() + "tuning:\n  - match: {dtype: bf16, n: 2560}\n    targets: [gfx942]\n"
+                                       "    set: {block: 256}\n")
+    run_farm(project, "expand", check=True)
+    plan = run_farm(project, "plan", check=True)
+    assert last_line(plan.stdout) == "rows=30 up_to_date=29 to_build=1"
+    assert "inputs-changed  rmsnorm/gfx942/rmsnorm_bf16_train_n2560  (row knobs changed)" in plan.stdout
+    run_farm(project, "build", check=True)
+    key = "rmsnorm/gfx942/rmsnorm_bf16_train_n2560.hsaco"
+    assert built_keys(project) == ["rmsnorm/gfx942/rmsnorm_bf16_train_n2560"]
+    after_objects, after_entries = snapshot(project), entries(project)
+    assert after_objects[key] != before_objects[key]
+    assert json.loads(after_entries[key])["kernels"][0]["max_flat_workgroup_size"] == 256
+    assert {k: v for k, v in after_objects.items() if k != key} == {k: v for k, v in before_objects.items() if k != key}
+    assert {k: v for k, v in after_entries.items() if k != key} == {k: v for k, v in before_entries.items() if k != key}
+    assert run_farm(project, "check").returncode == 0

@@ -31,9 +31,8 @@ from flydsl.runtime.device import get_rocm_arch, get_warp_size
 from rmsnorm.spec import (
     DTYPE_FORMS,
     ELEM_BYTES,
-    GENERIC_THREADS,
     VEC_BYTES,
-    baked_plan,
+    block_plan,
     check_row,
     vec_elems,
 )
@@ -71,7 +70,7 @@ def target_arch() -> str:
     return (os.environ.get("ARCH") or get_rocm_arch()).lower()
 
 
-def _build(dtype: str, phase: str, n_baked: int, wave: int) -> Callable:
+def _build(dtype: str, phase: str, n_baked: int, block: int | None, wave: int) -> Callable:
     """The @flyc.jit launcher for one knob row, planned for a `wave`-lane target."""
     x_name, g_name = DTYPE_FORMS[dtype]
     x_t, g_t = _FX_TYPES[x_name], _FX_TYPES[g_name]
@@ -79,10 +78,7 @@ def _build(dtype: str, phase: str, n_baked: int, wave: int) -> Callable:
     vec = vec_elems(dtype)  # x elements per 16-byte access
     g_parts = vec * g_bytes // VEC_BYTES  # 16-byte gamma accesses per x vector
     train = phase == "train"
-    if n_baked:
-        threads, rounds = baked_plan(n_baked, vec)
-    else:
-        threads, rounds = GENERIC_THREADS, 0
+    threads, rounds = block_plan(n_baked, vec, block)
     n_waves = threads // wave
 
     def _rsrc(row_ptr: Any, nbytes: Any) -> Any:
@@ -265,7 +261,7 @@ def launcher_and_args(knobs: dict) -> tuple[Callable, tuple]:
     """
     check_row(knobs)
     dtype, phase, n = knobs["dtype"], knobs["phase"], knobs["n"]
-    launcher = _build(dtype, phase, n, get_warp_size(target_arch()))
+    launcher = _build(dtype, phase, n, knobs.get("block"), get_warp_size(target_arch()))
     x_name, g_name = DTYPE_FORMS[dtype]
     cols = n or _TRACE_N_GENERIC
     x = torch.zeros(_TRACE_M, cols, dtype=_TORCH_TYPES[x_name])

@@ -42,6 +42,16 @@ def vec_elems(dtype: str) -> int:
     return VEC_BYTES // ELEM_BYTES[DTYPE_FORMS[dtype][0]]
 
 
+def block_plan(n: int, vec: int, block: int | None) -> tuple[int, int]:
+    """(threads, vectors per thread): the automatic plan, or `block` threads when a row tunes it
+    (then the last round may be partial; the row-bounded buffer descriptor drops the tail)."""
+    if not n:
+        return (block or GENERIC_THREADS), 0
+    if block is None:
+        return baked_plan(n, vec)
+    return block, -(-(n // vec) // block)
+
+
 def baked_plan(n: int, vec: int) -> tuple[int, int]:
     """(threads, vectors per thread) for a baked width n with `vec` elements per access.
 
@@ -69,9 +79,14 @@ def check_row(knobs: dict) -> None:
     missing = [k for k in ("dtype", "phase", "n") if k not in knobs]
     if missing:
         raise ValueError(f"knobs missing {missing}; rmsnorm needs dtype, phase and n")
-    extra = sorted(set(knobs) - {"dtype", "phase", "n"})
+    extra = sorted(set(knobs) - {"dtype", "phase", "n", "block"})
     if extra:
-        raise ValueError(f"unknown knobs {extra}; rmsnorm accepts only dtype, phase and n")
+        raise ValueError(f"unknown knobs {extra}; rmsnorm accepts dtype, phase, n and optionally block")
+    block = knobs.get("block")
+    if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block % THREAD_QUANTUM
+                              or not THREAD_QUANTUM <= block <= MAX_THREADS):
+        raise ValueError(f"knob block={block!r} (threads per workgroup) must be a multiple of {THREAD_QUANTUM} "
+                         f"from {THREAD_QUANTUM} to {MAX_THREADS}")
 
     dtype, phase, n = knobs["dtype"], knobs["phase"], knobs["n"]
     if dtype not in DTYPE_FORMS:
