@@ -195,7 +195,9 @@ def audit(cfg: FarmConfig, rows: list[Row], every: list[Row], overrides: list[st
         if proc.returncode == 2:  # the rebuild refused (toolchain, config): nothing to compare
             print(proc.stderr.strip(), file=log)
             return 2
-        failures = _rebuild_failures(scratch / "reports" / "latest-build.json")
+        rebuild_report = scratch / "reports" / "latest-build.json"
+        failures = _rebuild_failures(rebuild_report)
+        conditions = json.loads(rebuild_report.read_text()).get("conditions") if rebuild_report.is_file() else None
         objects = []
         for row in rows:
             result = _compare_object(cfg.outputs_dir / row.relpath(), rebuilt / row.relpath(), failures.get(row.key))
@@ -203,7 +205,7 @@ def audit(cfg: FarmConfig, rows: list[Row], every: list[Row], overrides: list[st
         manifests = _compare_manifests(cfg, cfg.outputs_dir, rebuilt, rows, every)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return _report(cfg, objects, manifests, vary, time.monotonic() - started, log)
+    return _report(cfg, objects, manifests, vary, conditions, time.monotonic() - started, log)
 
 
 def _rebuild_failures(report: Path) -> dict[str, str]:
@@ -213,8 +215,8 @@ def _rebuild_failures(report: Path) -> dict[str, str]:
     return {r["key"]: r.get("refused") or r.get("error") or "failed" for r in data.get("rows", []) if not r["written"]}
 
 
-def _report(cfg: FarmConfig, objects: list[dict], manifests: list[dict], vary: dict[str, bool], seconds: float,
-            log: Any) -> int:
+def _report(cfg: FarmConfig, objects: list[dict], manifests: list[dict], vary: dict[str, bool],
+            conditions: dict[str, Any] | None, seconds: float, log: Any) -> int:
     same = [o for o in objects if o["status"] == "identical"]
     other = [o for o in objects if o["status"] != "identical"]
     bad_manifests = [m for m in manifests if m["status"] != "identical"]
@@ -224,6 +226,7 @@ def _report(cfg: FarmConfig, objects: list[dict], manifests: list[dict], vary: d
         print(f"DIFFERS {m['path']}: {m['status']}: {m.get('reason', '')}", file=log)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     report = {"finished_utc": stamp, "seconds": round(seconds, 3), "variations": vary,
+              "rebuild_conditions": conditions,
               "identical": len(same), "different": len(other), "objects": objects,
               "manifests": manifests, "manifests_different": len(bad_manifests),
               "audited_tree": str(cfg.outputs_dir)}

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -112,7 +114,8 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row], log: 
         pruned += [f"{op}/{target}/{f}" for f in writer.prune(op, target, keep)]
     for line in pruned:
         print(f"removed {line}: no row makes it any more", file=log)
-    report: dict[str, Any] = {"started_utc": datetime.now(UTC).isoformat(), "rows": [], "pruned": pruned}
+    report: dict[str, Any] = {"started_utc": datetime.now(UTC).isoformat(), "rows": [], "pruned": pruned,
+                              "conditions": build_conditions(cfg)}
     failures: list[tuple[Row, str, str]] = []
     built = 0
     if todo:
@@ -148,6 +151,24 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row], log: 
     print(f"\nbuilt {built}, failed {len(failures)}, up to date {len(decisions) - len(todo)} "
           f"in {elapsed:.1f} s; report: {report_path}", file=log)
     return len(failures)
+
+
+def build_conditions(cfg: FarmConfig) -> dict[str, Any]:
+    """The driver's conditions, for the report (an audit proves they did not matter)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return {
+        "cwd": os.getcwd(),
+        "tmpdir": tempfile.gettempdir(),
+        "home": os.environ.get("HOME"),
+        "lang": os.environ.get("LC_ALL") or os.environ.get("LANG"),
+        "tz": os.environ.get("TZ"),
+        "umask": f"{umask:04o}",
+        "hash_seed": os.environ.get("PYTHONHASHSEED"),
+        "row_order": cfg.extra.get("row_order"),
+        "workers": cfg.executor.get("num_cpus") or os.cpu_count(),
+        "env_noise": sorted(k for k in ("FARM_AUDIT_NOISE", "ARCH", "FLYDSL_GPU_ARCH", "ROCM_PATH") if k in os.environ),
+    }
 
 
 def _write_report(cfg: FarmConfig, report: dict[str, Any]) -> Path:

@@ -139,24 +139,32 @@ def compose(root: Path, overrides: list[str]) -> Any:
 def _explain_composition_error(root: Path, exc: Exception, overrides: list[str]) -> str:
     message = str(exc).splitlines()[0]
     cause = exc.__cause__ or exc
-    match = re.search(r"Key '([^']+)' is not in struct", str(cause)) or re.search(
-        r"Could not override '([^']+)'", message)
+    match = re.search(r"Could not override '([^']+)'", message) or re.search(
+        r"Key '([^']+)' is not in struct", str(cause))
     if match:
         key = match.group(1)
-        known = _known_top_level_keys(root)
-        near = difflib.get_close_matches(key.split(".")[0], known, n=1)
-        hint = f"; did you mean '{near[0]}'?" if near else ""
+        parent, _, leaf = key.rpartition(".")
+        known = _known_keys(root, parent)
+        near = difflib.get_close_matches(leaf, known, n=1)
+        hint = f"; did you mean '{parent + '.' if parent else ''}{near[0]}'?" if near else ""
         return (f"unknown option '{key}' in overrides{hint}\n"
-                f"  accepted options: {', '.join(sorted(known))}")
+                f"  accepted{' under ' + parent if parent else ''}: {', '.join(sorted(known))}")
     return f"config error: {message}"
 
 
-def _known_top_level_keys(root: Path) -> list[str]:
+def _known_keys(root: Path, parent: str) -> list[str]:
+    """The keys a (dotted) parent node of the composed default config accepts."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
     from omegaconf import OmegaConf
 
-    base = OmegaConf.load(root / "conf" / "config.yaml")
-    keys = [k for k in base.keys() if k != "defaults"]
-    return keys + ["toolchain", "executor", "target_table", "op_table"]
+    with initialize_config_dir(config_dir=str(root / "conf"), version_base=None):
+        node = hydra_compose(config_name="config")
+    for part in [p for p in parent.split(".") if p]:
+        node = node.get(part) if OmegaConf.is_dict(node) else None
+        if node is None:
+            return []
+    return [str(k) for k in node.keys()] if OmegaConf.is_dict(node) else []
 
 
 def load(root: Path, overrides: list[str]) -> FarmConfig:

@@ -1,0 +1,530 @@
+"""farm push / pull / status: publish outputs/ with DVC, fetch it back, and say how the two compare.
+
+Git carries `outputs.dvc` (the pointer: the hash of a DVC directory listing) and the sources; the object
+bytes live on a DVC remote chosen by conf/remote/ (`remote=local` by default, `remote=s3`). Everything
+that touches hashes, caches or remotes goes through DVC's own API (`dvc.repo.Repo`): the farm never
+hashes for DVC nor speaks a remote's protocol; it runs its drift guard before publishing and after
+fetching, and reads DVC's per-file status to report what changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .config import FarmConfig
+from .errors import FarmError
+from .rows import Row
+
+if TYPE_CHECKING:
+    from dvc.repo import Repo
+
+REMOTE_KINDS = ("local", "s3")
+# Credentials only ever come from the environment; these are scrubbed from anything the farm prints.
+SECRET_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+@dataclass(frozen=True)
+class Remote:
+    """The composed `remote` config group, validated."""
+
+    kind: str
+    name: str
+    url: str  # absolute path for kind=local, s3://bucket/prefix for kind=s3
+    endpointurl: str | None
+    region: str | None
+    verify: bool
+    allow_anonymous_reads: bool
+
+    def describe(self) -> str:
+        """Where the objects go, safe to print (no credentials are part of a remote's config)."""
+        return self.url + (f" (endpoint {self.endpointurl})" if self.endpointurl else "")
+
+    def dvc_config(self) -> dict[str, Any]:
+        conf: dict[str, Any] = {"url": self.url, "verify": self.verify}
+        if self.endpointurl:
+            conf["endpointurl"] = self.endpointurl
+        if self.region:
+            conf["region"] = self.region
+        return conf
+
+
+# ---------------------------------------------------------------------------------------------- config
+
+def remote_of(cfg: FarmConfig) -> Remote:
+    raw = cfg.extra.get("remote")
+    if not isinstance(raw, dict):
+        raise FarmError("no remote configured (the `remote` config group is missing)",
+                        "add conf/remote/local.yaml and `- remote: local` to conf/config.yaml defaults")
+    kind = str(raw.get("kind"))
+    if kind not in REMOTE_KINDS:
+        raise FarmError(f"remote.kind={kind!r} is not supported; accepted: {', '.join(REMOTE_KINDS)}",
+                        "pick remote=local or remote=s3")
+    url = raw.get("url")
+    if url in (None, "", "???"):
+        raise FarmError(f"remote.url is not set for remote={kind}",
+                        "e.g. farm push remote=s3 remote.url=s3://bucket/prefix")
+    url = str(url)
+    if kind == "local":
+        path = Path(url).expanduser()
+        path = (path if path.is_absolute() else cfg.root / path).resolve()
+        if path.is_relative_to(cfg.outputs_dir.resolve()):
+            raise FarmError(f"the local remote {path} is inside outputs_dir {cfg.outputs_dir}",
+                            "put remote.url outside outputs/ (the default is .farm/dvc-remote)")
+        url = str(path)
+    elif not url.startswith("s3://") or len(url) <= len("s3://"):
+        raise FarmError(f"remote.url={url!r} is not an s3:// URL", "e.g. remote.url=s3://bucket/prefix")
+    name = str(raw.get("name") or f"farm-{kind}")
+    return Remote(kind=kind, name=name, url=url,
+                  endpointurl=str(raw["endpointurl"]) if raw.get("endpointurl") else None,
+                  region=str(raw["region"]) if raw.get("region") else None,
+                  verify=bool(raw.get("verify", True)),
+                  allow_anonymous_reads=bool(raw.get("allow_anonymous_reads", False)))
+
+
+def _paths(cfg: FarmConfig) -> tuple[str, str]:
+    """(outputs_dir, its pointer) relative to the project root: DVC can only track what is inside its repo."""
+    root = cfg.root.resolve()
+    out = cfg.outputs_dir.resolve()
+    if out == root or not out.is_relative_to(root):
+        raise FarmError(f"outputs_dir {cfg.outputs_dir} is not inside the project root {root}: "
+                        "only a tree inside the project can be published with DVC",
+                        "publish from the project's own outputs/ (drop the outputs_dir= override)")
+    rel = out.relative_to(root).as_posix()
+    return rel, rel + ".dvc"
+
+
+def _has_credentials() -> bool:
+    """Whether AWS credentials are visible without asking any service (never a metadata endpoint)."""
+    env = os.environ
+    if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
+        return True
+    if any(env.get(k) for k in ("AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE",
+                                "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI")):
+        return True
+    files = (env.get("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials"), env.get("AWS_CONFIG_FILE", "~/.aws/config"))
+    return any(Path(f).expanduser().is_file() for f in files)
+
+
+def _scrub(text: str) -> str:
+    for key in SECRET_ENV:
+        value = os.environ.get(key)
+        if value and len(value) >= 4:
+            text = text.replace(value, "***")
+    return text
+
+
+def _say_error(verb: str, what: str, exc: BaseException) -> None:
+    detail = _scrub(" ".join(str(exc).split())) or type(exc).__name__
+    print(f"farm {verb}: {what}: {detail}", file=sys.stderr)
+
+
+# ------------------------------------------------------------------------------------------ dvc access
+
+def _git_top(root: Path) -> Path | None:
+    if shutil.which("git") is None:
+        return None
+    proc = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"],
+                          capture_output=True, text=True, check=False)
+    return Path(proc.stdout.strip()).resolve() if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+@contextlib.contextmanager
+def _dvc_output() -> Iterator[None]:
+    """DVC's own chatter goes to stderr: stdout is the farm's report (its last line is the summary)."""
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
+
+
+@contextlib.contextmanager
+def _repo(cfg: FarmConfig, remote: Remote, *, anonymous: bool) -> Iterator[Repo]:
+    """The project's DVC repo (created on first use), with `remote` as its default remote."""
+    # No telemetry: the farm talks to its remote and to nothing else.
+    os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+    from dvc.repo import Repo
+
+    root = cfg.root.resolve()
+    with contextlib.chdir(root), _dvc_output():
+        if not (root / ".dvc").is_dir():
+            top = _git_top(root)
+            # A git checkout gets a normal DVC repo (or a subdir one); anything else a git-less one.
+            created = Repo.init(str(root), no_scm=top is None, subdir=top is not None and top != root)
+            with created.config.edit("repo") as conf:
+                conf.setdefault("core", {})["analytics"] = False
+            created.close()
+            print(f"farm: created a DVC repository in {root} (commit .dvc/config, .dvc/.gitignore, .dvcignore)")
+        with Repo(str(root)) as repo:
+            # Machine-specific (which remote, where, which endpoint): --local, never committed.
+            with repo.config.edit("local") as conf:
+                conf.setdefault("remote", {})[remote.name] = remote.dvc_config()
+                conf.setdefault("core", {})["remote"] = remote.name
+        # Anonymous reads only for this process: a stored setting would also make pushes unsigned.
+        overrides = {"remote": {remote.name: {"allow_anonymous_login": True}}} if anonymous else None
+        with Repo(str(root), config=overrides) as repo:
+            yield repo
+
+
+def _anonymous(remote: Remote) -> bool:
+    return remote.kind == "s3" and remote.allow_anonymous_reads and not _has_credentials()
+
+
+def _files(paths: Any, under: str) -> set[str]:
+    """File paths (not directories) from a DVC status list, relative to `under`."""
+    prefix = under + "/"
+    return {p[len(prefix):] for p in paths or () if p.startswith(prefix) and not p.endswith("/")}
+
+
+@dataclass
+class Granular:
+    """outputs/ versus the pointer, per file, as DVC's `data status --granular` reports it."""
+
+    unchanged: set[str]
+    added: set[str]
+    modified: set[str]
+    deleted: set[str]
+    not_in_cache: set[str]
+
+    @property
+    def in_pointer(self) -> set[str]:
+        return self.unchanged | self.modified | self.deleted
+
+
+def _granular(repo: Repo, rel: str) -> Granular:
+    st = repo.data_status(granular=True, untracked_files="all")
+    unc = st.get("uncommitted", {})
+    return Granular(unchanged=_files(st.get("unchanged"), rel), added=_files(unc.get("added"), rel),
+                    modified=_files(unc.get("modified"), rel), deleted=_files(unc.get("deleted"), rel),
+                    not_in_cache=_files(st.get("not_in_cache"), rel))
+
+
+def _pointer_fields(path: Path) -> dict[str, Any]:
+    """md5 / nfiles / size of the one output an outputs.dvc records (read, not recomputed)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+        out = data["outs"][0]
+        return {"md5": str(out["md5"]), "nfiles": int(out.get("nfiles", -1)), "size": int(out.get("size", -1))}
+    except (OSError, yaml.YAMLError, KeyError, IndexError, TypeError, ValueError) as exc:
+        raise FarmError(f"{path}: not a DVC pointer for one directory ({exc})",
+                        f"restore it from git (git checkout -- {path.name}) or delete it and `farm push` again",
+                        ) from None
+
+
+# ------------------------------------------------------------------------------------------ the checks
+
+def _rows_to_check(cfg: FarmConfig) -> tuple[list[Row], list[Row], list[str]]:
+    """(rows to check, every row of every op, entries of outputs/ no row accounts for).
+
+    The rows are the selection, exactly as `farm check` loads it, plus the rows of every other
+    <op>/<target> directory present: DVC publishes the whole tree, so nothing in it goes unchecked.
+    """
+    from .cli import _rows
+    from .rows import load_table
+
+    selected, every = _rows(cfg)
+    every = every + [r for op in sorted(cfg.ops) if op not in cfg.selected_ops for r in load_table(cfg, op)]
+    dirs = {(r.op, r.target) for r in every}
+    present, strays = _present(cfg.outputs_dir, dirs)
+    keys = {r.key for r in selected}
+    rows = selected + [r for r in every if (r.op, r.target) in present and r.key not in keys]
+    return rows, every, strays
+
+
+def _present(out: Path, known: set[tuple[str, str]]) -> tuple[set[tuple[str, str]], list[str]]:
+    present: set[tuple[str, str]] = set()
+    strays: list[str] = []
+    if not out.is_dir():
+        return present, strays
+    for op_dir in sorted(out.iterdir()):
+        if not op_dir.is_dir():
+            strays.append(f"{op_dir}: not an <op>/<target>/ directory")
+            continue
+        for t_dir in sorted(op_dir.iterdir()):
+            if t_dir.is_dir() and (op_dir.name, t_dir.name) in known:
+                present.add((op_dir.name, t_dir.name))
+            else:
+                strays.append(f"{t_dir}: no row of instances/ builds this "
+                              + ("directory" if t_dir.is_dir() else "file"))
+    return present, strays
+
+
+def _drift(cfg: FarmConfig) -> tuple[list[Row], list[str]]:
+    from .check import check
+
+    rows, every, strays = _rows_to_check(cfg)
+    return rows, strays + check(cfg, rows, every)
+
+
+# ----------------------------------------------------------------------------------- command lines
+
+def _defaults_remote(root: Path) -> str:
+    from omegaconf import OmegaConf
+
+    for item in OmegaConf.to_container(OmegaConf.load(root / "conf" / "config.yaml")).get("defaults", []):
+        if isinstance(item, dict) and "remote" in item:
+            return str(item["remote"])
+    return "local"
+
+
+def _remote_args(cfg: FarmConfig) -> list[str]:
+    """The overrides that select this remote again (for printed fix commands)."""
+    from omegaconf import OmegaConf
+
+    raw = cfg.extra.get("remote") or {}
+    kind = str(raw.get("kind"))
+    args = [] if kind == _defaults_remote(cfg.root) else [f"remote={kind}"]
+    path = cfg.root / "conf" / "remote" / f"{kind}.yaml"
+    base = OmegaConf.to_container(OmegaConf.load(path)) if path.is_file() else {}
+    assert isinstance(base, dict)
+    for key, value in raw.items():
+        if base.get(key) != value:
+            text = "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+            args.append(f"remote.{key}={text}")
+    return args
+
+
+def _extra_args(cfg: FarmConfig) -> list[str]:
+    """dtypes= and outputs_dir= as given (for printed fix commands)."""
+    args = [f"dtypes=[{','.join(cfg.selected_dtypes)}]"] if cfg.selected_dtypes else []
+    if cfg.outputs_dir.resolve() != (cfg.root / "outputs").resolve():
+        args.append(f"outputs_dir={cfg.outputs_dir.resolve().relative_to(cfg.root.resolve()).as_posix()}")
+    return args
+
+
+def _selection_args(cfg: FarmConfig) -> list[str]:
+    """The selection as given: empty lists (everything) print nothing."""
+    args = []
+    if set(cfg.selected_ops) != set(cfg.ops):
+        args.append(f"ops=[{','.join(cfg.selected_ops)}]")
+    if set(cfg.selected_targets) != set(cfg.targets):
+        args.append(f"targets=[{','.join(cfg.selected_targets)}]")
+    return args + _extra_args(cfg)
+
+
+def _command(verb: str, *args: str) -> str:
+    return "`" + " ".join(["farm", verb, *args]) + "`"
+
+
+# ---------------------------------------------------------------------------------------------- push
+
+def push(cfg: FarmConfig, flags: set[str]) -> int:
+    """Check, then `dvc add` outputs/ (rewriting outputs.dvc) and `dvc push` it; print what changed."""
+    rel, pointer_rel = _paths(cfg)
+    remote = remote_of(cfg)
+    pointer = cfg.root / pointer_rel
+    if not cfg.outputs_dir.is_dir():
+        raise FarmError(f"{cfg.outputs_dir} does not exist: nothing to publish", "run `farm build` first")
+    rows, found = _drift(cfg)
+    if found:
+        for line in found:
+            print(f"DRIFT {line}")
+        print(f"refusing to publish: {len(found)} problem(s) in {rel}/ (fix them: `farm build`, then `farm push`)")
+        return 1
+    if remote.kind == "s3" and not _has_credentials():
+        raise FarmError("no AWS credentials in the environment: pushing to S3 needs them",
+                        "export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE); never put them in conf/")
+    old = _pointer_fields(pointer) if pointer.is_file() else None
+    from dvc.exceptions import DvcException
+
+    with _repo(cfg, remote, anonymous=False) as repo:
+        before = None
+        if old is not None:
+            try:
+                before = _granular(repo, rel)
+            except (DvcException, OSError) as exc:  # the old listing is neither cached nor on the remote
+                _say_error("push", "could not list the previous outputs.dvc", exc)
+        try:
+            repo.add(rel)
+        except DvcException as exc:
+            _say_error("push", f"dvc add {rel} failed", exc)
+            return 1
+        try:
+            sent = repo.push(targets=[pointer_rel])
+        except (DvcException, OSError) as exc:
+            _say_error("push", f"dvc push to {remote.describe()} failed ({pointer_rel} is updated, "
+                       "nothing is published: run `farm push` again)", exc)
+            return 1
+    new = _pointer_fields(pointer)
+    _print_changes(cfg.outputs_dir, rel, old, before, new)
+    print(f"checked {len(rows)} objects; pushed {sent} new blob(s) to {remote.describe()}")
+    print(f"published {pointer_rel}: md5 {new['md5']} ({new['nfiles']} files, {new['size']} bytes)"
+          + ("" if old is None or old["md5"] != new["md5"] else " (unchanged)")
+          + f"; commit {pointer_rel}")
+    return 0
+
+
+def _print_changes(out: Path, rel: str, old: dict[str, Any] | None, before: Granular | None,
+                   new: dict[str, Any]) -> None:
+    if old is None:
+        per_dir = Counter(p.parent.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+        print(f"first publication of {rel}/ (no previous {rel}.dvc): {new['nfiles']} files added")
+        for where, n in sorted(per_dir.items()):
+            print(f"  + {rel}/{where}/ ({n} files)")
+        return
+    if before is None or (old["nfiles"] >= 0 and len(before.in_pointer) != old["nfiles"]):
+        print(f"changes since the previous {rel}.dvc (md5 {old['md5']}): its listing is not in the local cache "
+              "nor on the remote, so per-file changes cannot be shown")
+        return
+    for mark, paths in (("+", before.added), ("-", before.deleted), ("~", before.modified)):
+        for path in sorted(paths):
+            print(f"  {mark} {rel}/{path}")
+    print(f"changes since the previous {rel}.dvc (md5 {old['md5']}): added={len(before.added)} "
+          f"removed={len(before.deleted)} changed={len(before.modified)} unchanged={len(before.unchanged)}")
+
+
+# ---------------------------------------------------------------------------------------------- pull
+
+def pull(cfg: FarmConfig, flags: set[str]) -> int:
+    """`dvc pull` of outputs.dvc, naming what did not arrive intact, then the drift guard on what did."""
+    rel, pointer_rel = _paths(cfg)
+    remote = remote_of(cfg)
+    pointer = cfg.root / pointer_rel
+    if not pointer.is_file():
+        raise FarmError(f"{pointer} does not exist: nothing was published here",
+                        "get outputs.dvc from git (git pull), or publish first with `farm push`")
+    fields = _pointer_fields(pointer)
+    from dvc.exceptions import DvcException
+
+    with _repo(cfg, remote, anonymous=_anonymous(remote)) as repo:
+        try:
+            repo.fetch(targets=[pointer_rel])
+            # verify=true (conf/remote): DVC re-hashes every download and keeps none that does not match,
+            # so a blob corrupted on the remote shows up here as not in the cache.
+            broken = {path: _remote_blob(repo, rel, path) for path in sorted(_granular(repo, rel).not_in_cache)}
+        except (DvcException, OSError) as exc:
+            _say_error("pull", f"fetching {pointer_rel} from {remote.describe()} failed", exc)
+            return 1
+        stats: dict[str, Any] = {}
+        if not broken:  # with a corrupt blob check nothing out: DVC would drop the whole directory
+            try:
+                stats = repo.checkout(targets=[pointer_rel], force="--force" in flags) or {}
+            except DvcException as exc:  # e.g. local changes DVC will not overwrite without --force
+                _say_error("pull", f"checkout of {rel}/ failed", exc)
+                print(f"farm pull: if {rel}/ has local changes: `farm pull --force` replaces them with the "
+                      "published copy", file=sys.stderr)
+                return 1
+    if broken:
+        for path, blob in broken.items():
+            print(f"CORRUPT {rel}/{path}: the remote's copy is missing or does not hash to what {pointer_rel} "
+                  f"records (blob {blob or '?'})")
+        print(f"{len(broken)} object(s) of {pointer_rel} did not arrive intact from {remote.describe()}; {rel}/ was "
+              "left as it was. Fix: delete those blobs on the remote (DVC uploads only what is absent there), "
+              "then `farm push` from a tree that checks clean")
+        return 1
+    counts = stats.get("stats") or {}
+    applied = " ".join(f"{k}={counts[k]}" for k in ("added", "modified", "deleted") if k in counts)
+    print(f"pulled {pointer_rel} (md5 {fields['md5']}, {fields['nfiles']} files) from {remote.describe()}: {applied}")
+    rows, found = _drift(cfg)
+    for line in found:
+        print(f"DRIFT {line}")
+    print(f"checked {len(rows)} objects: " + ("no drift" if not found else f"{len(found)} problem(s)"))
+    return 1 if found else 0
+
+
+def _remote_blob(repo: Repo, rel: str, path: str) -> str | None:
+    """Where the remote keeps the blob of outputs/<path> (from the cached listing), for the error message."""
+    try:
+        out = next(o for st in repo.index.stages for o in st.outs if o.def_path == rel)
+        _, hash_info = out.get_obj().get(tuple(path.split("/")))
+        odb = repo.cloud.get_remote_odb(None)
+        return str(odb.fs.unstrip_protocol(odb.oid_to_path(hash_info.value)))
+    except Exception:  # only a detail of a message that is printed anyway
+        return None
+
+
+# -------------------------------------------------------------------------------------------- status
+
+def _dir_of(path: str) -> tuple[str, str] | None:
+    parts = path.split("/")
+    return (parts[0], parts[1]) if len(parts) >= 3 else None
+
+
+def _in_dir(files: set[str], where: tuple[str, str]) -> set[str]:
+    return {p for p in files if _dir_of(p) == where}
+
+
+def status(cfg: FarmConfig, flags: set[str]) -> int:
+    """Per <op>/<target>/ directory: outputs/ versus outputs.dvc and the instance table, and the fix."""
+    from .check import check
+
+    rel, pointer_rel = _paths(cfg)
+    remote = remote_of(cfg)
+    pointer = cfg.root / pointer_rel
+    rows, every, strays = _rows_to_check(cfg)
+    again = [*_selection_args(cfg), *_remote_args(cfg)]
+    push_cmd, pull_cmd = _command("push", *again), _command("pull", *again)
+    problems = 0
+    for line in strays:
+        problems += 1
+        print(f"STRAY {line}: remove it, then {push_cmd}")
+
+    g = Granular(set(), set(), set(), set(), set())
+    if pointer.is_file():
+        from dvc.exceptions import DvcException
+
+        try:
+            with _repo(cfg, remote, anonymous=_anonymous(remote)) as repo:
+                g = _granular(repo, rel)
+        except (DvcException, OSError) as exc:
+            _say_error("status", f"could not compare {rel}/ with {pointer_rel}", exc)
+            return 1
+    else:
+        problems += 1
+        print(f"NOT PUBLISHED: {pointer_rel} does not exist; once `farm check` is clean: {push_cmd}")
+
+    known = {(r.op, r.target) for r in every}
+    dirs = {(r.op, r.target) for r in rows} | {d for d in map(_dir_of, g.in_pointer | g.added) if d is not None}
+    by_dir: dict[tuple[str, str], list[Row]] = {}
+    for row in every:  # every row of each directory looked at, published ones outside the selection too
+        if (row.op, row.target) in dirs:
+            by_dir.setdefault((row.op, row.target), []).append(row)
+    for op, target in sorted(dirs):
+        where = f"{rel}/{op}/{target}"
+        local = cfg.outputs_dir / op / target
+        on_disk = sum(1 for p in local.iterdir() if p.is_file()) if local.is_dir() else 0
+        in_ptr = _in_dir(g.in_pointer, (op, target))
+        deleted, added, modified = (_in_dir(x, (op, target)) for x in (g.deleted, g.added, g.modified))
+        counts = f"{on_disk} files here, {len(in_ptr)} in {pointer_rel}"
+        build = _command("build", f"ops=[{op}]", f"targets=[{target}]", *_extra_args(cfg))
+        if (op, target) not in known:
+            problems += 1
+            print(f"STALE {where}/: no row of instances/ builds this directory ({counts}); "
+                  f"remove it, then {push_cmd}")
+            continue
+        if not in_ptr and on_disk == 0:
+            problems += 1
+            print(f"NOT BUILT {where}/: {len(by_dir[(op, target)])} rows of instances/ have objects neither "
+                  f"here nor in {pointer_rel}; fix: {build}, then {push_cmd}")
+            continue
+        drift = check(cfg, by_dir[(op, target)], every)
+        if deleted and drift:  # published files are absent and what is here does not check: fetch them
+            problems += 1
+            state = "MISSING" if on_disk == 0 else "INCOMPLETE"
+            print(f"{state} {where}/: {len(deleted)} of {len(in_ptr)} published files are absent ({counts}); "
+                  f"fix: {pull_cmd}")
+        elif drift:
+            problems += 1
+            for line in drift:
+                print(f"  DRIFT {line}")
+            restore = f" (or restore the published copy: {_command('pull', '--force', *again)})" \
+                if in_ptr and (added or modified) else ""
+            print(f"DRIFT {where}/: {len(drift)} problem(s) against instances/ ({counts}); fix: {build}{restore}")
+        elif added or modified or deleted or not in_ptr:
+            # A clean tree that differs from the pointer is a newer build (rows added, changed or dropped).
+            problems += 1
+            print(f"UNPUBLISHED {where}/: checks clean but differs from {pointer_rel} ({len(added)} added, "
+                  f"{len(modified)} changed, {len(deleted)} removed; {counts}); fix: {push_cmd}")
+        elif "--verbose" in flags or "-v" in flags:
+            print(f"ok {where}/: {counts}")
+    print(f"status: {len(dirs)} directories, " + (f"everything matches {pointer_rel} and instances/"
+                                                    if not problems else f"{problems} need action"))
+    return 1 if problems else 0

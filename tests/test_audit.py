@@ -1,0 +1,101 @@
+"""farm audit: a varied rebuild proves the bytes, or names what differs and why."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import last_line, run_farm
+
+from farm.elfinfo import read_code_object
+
+LLD19 = Path("/usr/lib/llvm-19/bin/ld.lld")
+
+
+@pytest.fixture()
+def project(built: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "p"
+    shutil.copytree(built, dest, ignore=shutil.ignore_patterns(".farm"))
+    return dest
+
+
+def audit_report(project: Path) -> dict:
+    return json.loads((project / ".farm" / "reports" / "latest-audit.json").read_text())
+
+
+def test_audit_of_a_fresh_build_is_identical_under_every_variation(project: Path) -> None:
+    outputs_before = {p: p.read_bytes() for p in (project / "outputs").rglob("*") if p.is_file()}
+    proc = run_farm(project, "audit", env={"TZ": "UTC", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "audit: 30 identical, 0 differ; manifests: 10 identical, 0 differ" in proc.stdout
+    report = audit_report(project)
+    assert all(report["variations"].values()) and len(report["variations"]) == 10
+    seen = report["rebuild_conditions"]
+    # Each variation really reached the rebuild's driver.
+    assert seen["cwd"] != str(project) and " " in seen["cwd"]
+    assert seen["tmpdir"] != "/tmp" and seen["home"] != os.environ.get("HOME")
+    assert (seen["lang"], seen["tz"], seen["umask"], seen["hash_seed"]) == ("C", "Pacific/Chatham", "0077", "4242")
+    assert seen["row_order"] == "reversed" and seen["workers"] == (os.cpu_count() or 1) + 1
+    assert seen["env_noise"] == ["ARCH", "FARM_AUDIT_NOISE", "FLYDSL_GPU_ARCH", "ROCM_PATH"]
+    assert {p: p.read_bytes() for p in (project / "outputs").rglob("*") if p.is_file()} == outputs_before
+
+
+def test_variations_can_be_turned_off_by_name(project: Path) -> None:
+    proc = run_farm(project, "audit", "audit.sample=3", "audit.vary.umask=false", "audit.vary.workers=false")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "audit: 3 identical, 0 differ" in proc.stdout
+    report = audit_report(project)
+    assert report["variations"]["umask"] is False and report["variations"]["workers"] is False
+    assert report["rebuild_conditions"]["umask"] != "0077"
+    bad = run_farm(project, "audit", "audit.vary.umsak=false")
+    assert bad.returncode == 2
+    assert "unknown option 'audit.vary.umsak' in overrides; did you mean 'audit.vary.umask'?" in bad.stderr
+
+
+def test_sample_is_deterministic(project: Path) -> None:
+    run_farm(project, "audit", "audit.sample=4", check=True)
+    first = [o["key"] for o in audit_report(project)["objects"]]
+    run_farm(project, "audit", "audit.sample=4", check=True)
+    assert [o["key"] for o in audit_report(project)["objects"]] == first and len(first) == 4
+
+
+def test_a_tampered_object_is_reported_with_its_section(project: Path) -> None:
+    obj = project / "outputs" / "rmsnorm" / "gfx90a" / "rmsnorm_f32_infer_generic.hsaco"
+    data = bytearray(obj.read_bytes())
+    text = read_code_object(bytes(data)).sections[".text"]
+    data[bytes(data).find(text[:64]) + 8] ^= 0x01
+    obj.write_bytes(bytes(data))
+    proc = run_farm(project, "audit", "targets=[gfx90a]", "dtypes=[f32]")
+    assert proc.returncode == 1
+    assert "DIFFERS rmsnorm/gfx90a/rmsnorm_f32_infer_generic: differs: .text differs from offset 0x8" in proc.stdout
+    assert "audit: 0 identical, 1 differ" in proc.stdout
+
+
+def test_a_hand_edited_manifest_is_reported(project: Path) -> None:
+    mpath = project / "outputs" / "rmsnorm" / "gfx942" / "manifest.json"
+    data = json.loads(mpath.read_text())
+    data["objects"][1]["kernels"][0]["vgpr_count"] = 7
+    mpath.write_text(json.dumps(data, sort_keys=True, indent=2) + "\n")
+    proc = run_farm(project, "audit", "targets=[gfx942]")
+    assert proc.returncode == 1
+    file = data["objects"][1]["file"]
+    assert f"DIFFERS rmsnorm/gfx942/manifest.json: differs: {file}: kernels[0].vgpr_count: 7 vs" in proc.stdout
+    assert "audit: 6 identical, 0 differ" in proc.stdout
+
+
+def test_a_different_linker_is_named_as_the_reason(project: Path) -> None:
+    assert os.access(LLD19, os.X_OK), f"{LLD19} missing: scripts/setup.sh installs Debian's lld-19 as the test linker"
+    digest = hashlib.sha256(LLD19.read_bytes()).hexdigest()
+    (project / "conf" / "toolchain" / "lld19.yaml").write_text(
+        f"flydsl: 0.3.4\npython: '3.11'\nlinker:\n  path: {LLD19}\n  version: Debian LLD 19.1.7\n  sha256: {digest}\n")
+    proc = run_farm(project, "audit", "toolchain=lld19", "targets=[gfx11-generic]")
+    assert proc.returncode == 1
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("DIFFERS rmsnorm/gfx11-generic/rmsnorm_")]
+    assert len(lines) == 6
+    assert all("linker differs (.comment: 'Linker: LLD 22.1.8' vs 'Linker: Debian LLD 19.1.7')" in ln for ln in lines)
+    assert "DIFFERS rmsnorm/gfx11-generic/manifest.json: differs: toolchain.linker" in proc.stdout
+    assert last_line(proc.stdout).startswith("audit: 0 identical, 6 differ")
