@@ -10,6 +10,7 @@ fetching, and reads DVC's per-file status to report what changed.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import subprocess
@@ -151,24 +152,37 @@ def _repo(cfg: FarmConfig, remote: Remote, *, anonymous: bool) -> Iterator[Repo]
     os.environ.setdefault("DVC_NO_ANALYTICS", "1")
     from dvc.repo import Repo
 
+    # DVC's info lines go to the stdout it saw at import; the farm prints its own report there instead.
+    for name in ("dvc", "dvc_data", "dvc_objects"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+    from dvc.exceptions import DvcException
+
     root = cfg.root.resolve()
+    top = _git_top(root)
+    # A committed .dvc/config made in a git checkout fails in a copy without git: read it as git-less there.
+    base: dict[str, Any] = {"core": {"no_scm": True}} if top is None else {}
     with contextlib.chdir(root), _dvc_output():
-        if not (root / ".dvc").is_dir():
-            top = _git_top(root)
-            # A git checkout gets a normal DVC repo (or a subdir one); anything else a git-less one.
-            created = Repo.init(str(root), no_scm=top is None, subdir=top is not None and top != root)
-            with created.config.edit("repo") as conf:
-                conf.setdefault("core", {})["analytics"] = False
-            created.close()
-            print(f"farm: created a DVC repository in {root} (commit .dvc/config, .dvc/.gitignore, .dvcignore)")
-        with Repo(str(root)) as repo:
-            # Machine-specific (which remote, where, which endpoint): --local, never committed.
-            with repo.config.edit("local") as conf:
-                conf.setdefault("remote", {})[remote.name] = remote.dvc_config()
-                conf.setdefault("core", {})["remote"] = remote.name
+        try:
+            if not (root / ".dvc").is_dir():
+                # A git checkout gets a normal DVC repo (or a subdir one); anything else a git-less one.
+                created = Repo.init(str(root), no_scm=top is None, subdir=top is not None and top != root)
+                with created.config.edit("repo") as conf:
+                    conf.setdefault("core", {})["analytics"] = False
+                created.close()
+                print(f"farm: created a DVC repository in {root} (commit .dvc/config, .dvc/.gitignore, .dvcignore)")
+            with Repo(str(root), config=base or None) as repo:
+                # Machine-specific (which remote, where, which endpoint): --local, never committed.
+                with repo.config.edit("local") as conf:
+                    conf.setdefault("remote", {})[remote.name] = remote.dvc_config()
+                    conf.setdefault("core", {})["remote"] = remote.name
+        except DvcException as exc:
+            raise FarmError(f"cannot open the DVC repository in {root}: {_scrub(str(exc))}",
+                            "fix or remove .dvc/ (the farm recreates it on the next push or pull)") from None
         # Anonymous reads only for this process: a stored setting would also make pushes unsigned.
-        overrides = {"remote": {remote.name: {"allow_anonymous_login": True}}} if anonymous else None
-        with Repo(str(root), config=overrides) as repo:
+        if anonymous:
+            base["remote"] = {remote.name: {"allow_anonymous_login": True}}
+        with Repo(str(root), config=base or None) as repo:
             yield repo
 
 
@@ -198,11 +212,16 @@ class Granular:
 
 
 def _granular(repo: Repo, rel: str) -> Granular:
-    st = repo.data_status(granular=True, untracked_files="all")
+    """DVC's data status of outputs/ against its pointer, per file."""
+    st = repo.data_status(granular=True, untracked_files="all", with_renames=False)
     unc = st.get("uncommitted", {})
-    return Granular(unchanged=_files(st.get("unchanged"), rel), added=_files(unc.get("added"), rel),
-                    modified=_files(unc.get("modified"), rel), deleted=_files(unc.get("deleted"), rel),
-                    not_in_cache=_files(st.get("not_in_cache"), rel))
+    com = st.get("committed", {})  # in a git repo: the pointer against git HEAD
+    modified, deleted = _files(unc.get("modified"), rel), _files(unc.get("deleted"), rel)
+    # In a git repo `unchanged` also means unchanged since HEAD; files the pointer gained or changed since
+    # HEAD and the workspace still matches count as unchanged here.
+    in_pointer = _files(st.get("unchanged"), rel) | _files(com.get("added"), rel) | _files(com.get("modified"), rel)
+    return Granular(unchanged=in_pointer - modified - deleted, added=_files(unc.get("added"), rel),
+                    modified=modified, deleted=deleted, not_in_cache=_files(st.get("not_in_cache"), rel))
 
 
 def _pointer_fields(path: Path) -> dict[str, Any]:
@@ -228,10 +247,12 @@ def _rows_to_check(cfg: FarmConfig) -> tuple[list[Row], list[Row], list[str]]:
     <op>/<target> directory present: DVC publishes the whole tree, so nothing in it goes unchecked.
     """
     from .cli import _rows
-    from .rows import load_table
+    from .rows import load_table, table_path
 
     selected, every = _rows(cfg)
-    every = every + [r for op in sorted(cfg.ops) if op not in cfg.selected_ops for r in load_table(cfg, op)]
+    others = [op for op in sorted(cfg.ops)
+              if op not in cfg.selected_ops and table_path(cfg.instances_dir, op).is_file()]
+    every = every + [r for op in others for r in load_table(cfg, op)]
     dirs = {(r.op, r.target) for r in every}
     present, strays = _present(cfg.outputs_dir, dirs)
     keys = {r.key for r in selected}
@@ -476,6 +497,11 @@ def status(cfg: FarmConfig, flags: set[str]) -> int:
                 g = _granular(repo, rel)
         except (DvcException, OSError) as exc:
             _say_error("status", f"could not compare {rel}/ with {pointer_rel}", exc)
+            return 1
+        fields = _pointer_fields(pointer)
+        if fields["nfiles"] >= 0 and len(g.in_pointer) != fields["nfiles"]:
+            print(f"UNKNOWN: the listing of {pointer_rel} (md5 {fields['md5']}) is neither in the local DVC cache "
+                  f"nor readable from {remote.describe()}, so {rel}/ cannot be compared with it; fix: {pull_cmd}")
             return 1
     else:
         problems += 1

@@ -8,4 +8,8 @@ PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+# The tests' S3 endpoint (moto_server on loopback) lives in its own venv: installing moto next to
+# dvc-s3 moves botocore past the range aiobotocore pins.
+[ -x .venv-s3/bin/python ] || "$PYTHON" -m venv .venv-s3
+.venv-s3/bin/python -m pip install --quiet --disable-pip-version-check 'moto[server]==5.2.5' 'boto3==1.44.8'
 echo "setup done: $(.venv/bin/farm --help >/dev/null && echo 'farm ready in .venv/bin/farm')"
