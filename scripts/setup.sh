@@ -12,4 +12,13 @@ PYTHON=${PYTHON:-python3}
 # dvc-s3 moves botocore past the range aiobotocore pins.
 [ -x .venv-s3/bin/python ] || "$PYTHON" -m venv .venv-s3
 .venv-s3/bin/python -m pip install --quiet --disable-pip-version-check 'moto[server]==5.2.5' 'boto3==1.44.8'
+# A second, different linker for the tests that prove an audit names a linker change (Debian's
+# LLD 19, as TOOLCHAIN.md measured). Needs root and apt; the farm's own pin does not use it.
+if [ ! -x /usr/lib/llvm-19/bin/ld.lld ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lld-19) >/dev/null
+  else
+    echo "note: /usr/lib/llvm-19/bin/ld.lld missing (apt-get install lld-19); two audit/diff tests need it" >&2
+  fi
+fi
 echo "setup done: $(.venv/bin/farm --help >/dev/null && echo 'farm ready in .venv/bin/farm')"
