@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up the farm on a fresh machine: a virtualenv in .venv with the pinned toolchain
 # (flydsl, the ziglang LLD linker, torch CPU for tracing) and the farm itself.
+# `--tests` also installs what only the test suite needs (an S3 test server, a second linker).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -8,6 +9,10 @@ PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+if [ "${1:-}" != "--tests" ]; then
+  echo "setup done: $(.venv/bin/farm --help >/dev/null && echo 'farm ready in .venv/bin/farm')"
+  exit 0
+fi
 # The tests' S3 endpoint (moto_server on loopback) lives in its own venv: installing moto next to
 # dvc-s3 moves botocore past the range aiobotocore pins.
 [ -x .venv-s3/bin/python ] || "$PYTHON" -m venv .venv-s3

@@ -88,7 +88,7 @@ def test_a_hand_edited_manifest_is_reported(project: Path) -> None:
 
 
 def test_a_different_linker_is_named_as_the_reason(project: Path) -> None:
-    assert os.access(LLD19, os.X_OK), f"{LLD19} missing: scripts/setup.sh installs Debian's lld-19 as the test linker"
+    assert os.access(LLD19, os.X_OK), f"{LLD19} missing: run scripts/setup.sh --tests (apt lld-19)"
     digest = hashlib.sha256(LLD19.read_bytes()).hexdigest()
     (project / "conf" / "toolchain" / "lld19.yaml").write_text(
         f"flydsl: 0.3.4\npython: '3.11'\nlinker:\n  path: {LLD19}\n  version: Debian LLD 19.1.7\n  sha256: {digest}\n")

@@ -109,7 +109,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def s3(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """moto_server on 127.0.0.1 (a free port) with one bucket; its endpoint URL. Killed by pid at the end."""
     server = S3_VENV / "moto_server"
-    assert server.is_file(), f"{server} is missing: run `bash scripts/setup.sh` (it creates .venv-s3)"
+    assert server.is_file(), f"{server} is missing: run `bash scripts/setup.sh --tests` (it creates .venv-s3)"
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

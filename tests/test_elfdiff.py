@@ -157,7 +157,7 @@ def test_other_comment_strings_are_toolchain_identity(base: bytes) -> None:
 
 def test_real_object_from_another_linker(objects: Path, tmp_path: Path) -> None:
     """A real rebuild with Debian's LLD 19 (a second pinned toolchain) differs only in linker identity."""
-    assert os.access(LLD19, os.X_OK), f"{LLD19} missing: scripts/setup.sh installs Debian's lld-19 as the test linker"
+    assert os.access(LLD19, os.X_OK), f"{LLD19} missing: run scripts/setup.sh --tests (apt lld-19)"
     project = copy_project(tmp_path)
     digest = hashlib.sha256(LLD19.read_bytes()).hexdigest()
     (project / "conf/toolchain/pinned.yaml").write_text(
