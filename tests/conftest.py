@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -56,6 +57,17 @@ def run_farm(project: Path, *args: str, env: dict[str, str] | None = None,
     if check and proc.returncode != 0:
         raise AssertionError(f"farm {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+LLD19 = Path("/usr/lib/llvm-19/bin/ld.lld")
+
+
+def write_lld19_toolchain(project: Path, name: str) -> None:
+    """conf/toolchain/<name>.yaml pinning Debian's LLD 19: a second, real toolchain for the tests."""
+    assert os.access(LLD19, os.X_OK), f"{LLD19} missing: run scripts/setup.sh --tests (apt lld-19)"
+    digest = hashlib.sha256(LLD19.read_bytes()).hexdigest()
+    (project / "conf" / "toolchain" / f"{name}.yaml").write_text(
+        f"flydsl: 0.3.4\npython: '3.11'\nlinker:\n  path: {LLD19}\n  version: Debian LLD 19.1.7\n  sha256: {digest}\n")
 
 
 def last_line(text: str) -> str:

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 from pathlib import Path
 
 import pytest
-from conftest import last_line, run_farm
+from conftest import last_line, run_farm, write_lld19_toolchain
 
 from farm.elfinfo import read_code_object
-
-LLD19 = Path("/usr/lib/llvm-19/bin/ld.lld")
 
 
 @pytest.fixture()
@@ -88,10 +85,7 @@ def test_a_hand_edited_manifest_is_reported(project: Path) -> None:
 
 
 def test_a_different_linker_is_named_as_the_reason(project: Path) -> None:
-    assert os.access(LLD19, os.X_OK), f"{LLD19} missing: run scripts/setup.sh --tests (apt lld-19)"
-    digest = hashlib.sha256(LLD19.read_bytes()).hexdigest()
-    (project / "conf" / "toolchain" / "lld19.yaml").write_text(
-        f"flydsl: 0.3.4\npython: '3.11'\nlinker:\n  path: {LLD19}\n  version: Debian LLD 19.1.7\n  sha256: {digest}\n")
+    write_lld19_toolchain(project, "lld19")
     proc = run_farm(project, "audit", "toolchain=lld19", "targets=[gfx11-generic]")
     assert proc.returncode == 1
     lines = [line for line in proc.stdout.splitlines() if line.startswith("DIFFERS rmsnorm/gfx11-generic/rmsnorm_")]

@@ -7,24 +7,21 @@ msgpack metadata values re-packed in place, a .text byte, a kernel descriptor, a
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
-import os
 import shutil
 import struct
 from pathlib import Path
 
 import msgpack
 import pytest
-from conftest import copy_project, run_farm
+from conftest import copy_project, run_farm, write_lld19_toolchain
 from elftools.elf.elffile import ELFFile
 
 from farm.elfdiff import compare, render, summary, to_json
 
 OBJ = "rmsnorm/{target}/rmsnorm_f32_{phase}_generic.hsaco"
 KERNEL = "rmsnorm_fwd_0"
-LLD19 = Path("/usr/lib/llvm-19/bin/ld.lld")
 E_FLAGS_OFFSET = 0x30  # Elf64_Ehdr: e_ident 16, e_type 2, e_machine 2, e_version 4, e_entry/phoff/shoff 8 each
 E_SHOFF_OFFSET = 0x28
 
@@ -157,11 +154,8 @@ def test_other_comment_strings_are_toolchain_identity(base: bytes) -> None:
 
 def test_real_object_from_another_linker(objects: Path, tmp_path: Path) -> None:
     """A real rebuild with Debian's LLD 19 (a second pinned toolchain) differs only in linker identity."""
-    assert os.access(LLD19, os.X_OK), f"{LLD19} missing: run scripts/setup.sh --tests (apt lld-19)"
     project = copy_project(tmp_path)
-    digest = hashlib.sha256(LLD19.read_bytes()).hexdigest()
-    (project / "conf/toolchain/pinned.yaml").write_text(
-        f"flydsl: 0.3.4\npython: '3.11'\nlinker:\n  path: {LLD19}\n  version: Debian LLD 19.1.7\n  sha256: {digest}\n")
+    write_lld19_toolchain(project, "pinned")
     run_farm(project, "build", "targets=[gfx942]", "dtypes=[f32]", "ops=[rmsnorm]", check=True)
     rel = OBJ.format(target="gfx942", phase="train")
     diffs = compare((objects / rel).read_bytes(), (project / "outputs" / rel).read_bytes())
