@@ -48,6 +48,7 @@ class Group:
     axes: dict[str, list[Any]]
     name_format: str
     allow: dict[str, bool]
+    targets: tuple[str, ...]  # the op's targets this group is built for
 
 
 @dataclass(frozen=True)
@@ -294,8 +295,13 @@ def _op(name: str, spec: dict[str, Any], targets: dict[str, Target]) -> Op:
         fmt = g.get("name_format") or spec.get("name_format")
         if not fmt:
             raise FarmError(f"{gwhere}: no name_format (group or op level)", "add name_format: '...'")
+        group_targets = tuple(g.get("targets") or spec["targets"])
+        stray = [t for t in group_targets if t not in spec["targets"]]
+        if stray:
+            raise FarmError(f"{gwhere}: target(s) {stray} are not targets of op {name}",
+                            f"a group's targets are a subset of the op's: {', '.join(spec['targets'])}")
         groups.append(Group(name=str(g.get("name", i)), axes=dict(g["axes"]), name_format=str(fmt),
-                            allow=_allow(gwhere, g.get("allow"), base_allow)))
+                            allow=_allow(gwhere, g.get("allow"), base_allow), targets=group_targets))
     tuning = []
     for i, t in enumerate(spec.get("tuning") or []):
         twhere = f"{where} tuning[{i}]"

@@ -19,32 +19,26 @@ def expand_op(cfg: FarmConfig, op: Op) -> list[Row]:
     if check_row is None:
         raise FarmError(f"{op.spec} (kernels_src) has no check_row(knobs)", "define it in the family's spec module")
     rows: list[Row] = []
-    by_name: dict[str, dict] = {}
-    by_knobs: dict[str, str] = {}
+    # Per target: a name or a knob set may appear once (groups for different targets may share them).
+    by_name: dict[tuple[str, str], dict] = {}
+    by_knobs: dict[tuple[str, str], str] = {}
     used = [0] * len(op.tuning)
     for group in op.groups:
         axes = list(group.axes)
         for values in itertools.product(*(group.axes[a] for a in axes)):
             knobs = dict(zip(axes, values, strict=True))
             where = f"op {op.name!r} group {group.name!r} row {knobs}"
-            try:
-                name = group.name_format.format(**knobs)
-            except (KeyError, IndexError, ValueError) as exc:
-                raise FarmError(f"{where}: name_format {group.name_format!r} cannot be filled ({exc})",
-                                "name_format may use only this group's axes") from None
-            if not SAFE_NAME.match(name):
-                raise FarmError(f"{where}: object name {name!r} leaves the safe alphabet [a-z0-9_.-]",
-                                "change name_format or the axis values")
-            knob_key = repr(sorted(knobs.items()))
-            if knob_key in by_knobs:
-                raise FarmError(f"{where}: duplicate row (same knobs as {by_knobs[knob_key]!r})",
-                                f"remove the repeated value from conf/op/{op.name}.yaml")
-            if name in by_name:
-                raise FarmError(f"{where}: object name {name!r} is also made by row {by_name[name]}",
-                                "make name_format include every axis that differs")
-            by_knobs[knob_key] = name
-            by_name[name] = knobs
-            for target in op.targets:
+            name = _object_name(group.name_format, knobs, where)
+            for target in group.targets:
+                knob_key = (target, repr(sorted(knobs.items())))
+                if knob_key in by_knobs:
+                    raise FarmError(f"{where}: duplicate row for {target} (same knobs as {by_knobs[knob_key]!r})",
+                                    f"remove the repeated value from conf/op/{op.name}.yaml")
+                if (target, name) in by_name:
+                    raise FarmError(f"{where}: object name {name!r} is also made by row {by_name[(target, name)]} "
+                                    f"for {target}", "make name_format include every axis that differs")
+                by_knobs[knob_key] = name
+                by_name[(target, name)] = knobs
                 tuned = _tuned(op, target, knobs, axes, used)
                 try:
                     check_row(dict(tuned))
@@ -58,6 +52,18 @@ def expand_op(cfg: FarmConfig, op: Op) -> list[Row]:
             raise FarmError(f"op {op.name!r} tuning[{i}] {op.tuning[i].match} matches no row",
                             f"fix its match (and targets) in conf/op/{op.name}.yaml, or remove it")
     return sorted(rows, key=sort_key)
+
+
+def _object_name(name_format: str, knobs: dict, where: str) -> str:
+    try:
+        name = name_format.format(**knobs)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise FarmError(f"{where}: name_format {name_format!r} cannot be filled ({exc})",
+                        "name_format may use only this group's axes") from None
+    if not SAFE_NAME.match(name):
+        raise FarmError(f"{where}: object name {name!r} leaves the safe alphabet [a-z0-9_.-]",
+                        "change name_format or the axis values")
+    return name
 
 
 def _tuned(op: Op, target: str, knobs: dict, axes: list[str], used: list[int]) -> dict:
