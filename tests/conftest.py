@@ -38,11 +38,15 @@ def copy_project(dest: Path) -> Path:
     return dest
 
 
-def shrink_rmsnorm(project: Path) -> None:
-    """Replace the rmsnorm op's groups with the small table (then `farm expand` must run)."""
-    path = project / "conf" / "op" / "rmsnorm.yaml"
+def shrink_op(project: Path, op: str, groups_yaml: str) -> None:
+    """Replace an op's groups with a small table (then `farm expand` must run)."""
+    path = project / "conf" / "op" / f"{op}.yaml"
     text = path.read_text()
-    path.write_text(text[: text.index("groups:")] + SMALL_RMSNORM_GROUPS)
+    path.write_text(text[: text.index("groups:")] + groups_yaml)
+
+
+def shrink_rmsnorm(project: Path) -> None:
+    shrink_op(project, "rmsnorm", SMALL_RMSNORM_GROUPS)
 
 
 def run_farm(project: Path, *args: str, env: dict[str, str] | None = None,
@@ -79,6 +83,9 @@ def small_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A project with the small rmsnorm table expanded (no objects yet)."""
     project = copy_project(tmp_path_factory.mktemp("small"))
     shrink_rmsnorm(project)
+    # Only rmsnorm by default here; tests that need other ops select them (ops=[...]).
+    config = project / "conf" / "config.yaml"
+    config.write_text(config.read_text().replace("\nops: []", "\nops: [rmsnorm]", 1))
     run_farm(project, "expand", check=True)
     return project
 

@@ -33,11 +33,25 @@ def test_checked_in_table_is_fresh_and_complete(project: Path) -> None:
     assert sorted({r["knobs"]["dtype"] for r in generic}) == ["bf16", "bf16_f32gamma", "f16", "f16_f32gamma", "f32"]
 
 
+def test_backward_table(project: Path) -> None:
+    rows = [json.loads(line) for line in (REPO / "instances" / "rmsnorm_bwd.jsonl").read_text().splitlines()]
+    assert len(rows) == 315
+    for target in TARGETS:
+        mine = [r for r in rows if r["target"] == target]
+        assert len(mine) == 63
+        baked = [r for r in mine if r["knobs"]["n"] > 0]
+        assert len(baked) == 48 and {r["knobs"]["dtype"] for r in baked} == {"bf16", "f16", "bf16_f32gamma",
+                                                                              "f16_f32gamma"}
+        assert sorted({r["knobs"]["n"] for r in baked})[0] == 1536 and len({r["knobs"]["n"] for r in baked}) == 12
+        generic = [r for r in mine if r["knobs"]["n"] == 0]
+        assert sorted({r["knobs"]["n_max"] for r in generic}) == [1024, 8192, 16384] and len(generic) == 15
+
+
 def test_expand_is_deterministic(project: Path) -> None:
     before = (project / "instances" / "rmsnorm.jsonl").read_bytes()
     (project / "instances" / "rmsnorm.jsonl").unlink()
     proc = run_farm(project, "expand")
-    assert proc.returncode == 0 and last_line(proc.stdout) == "rows=450 changed_tables=1"
+    assert proc.returncode == 0 and last_line(proc.stdout) == "rows=765 changed_tables=1"
     assert (project / "instances" / "rmsnorm.jsonl").read_bytes() == before
 
 

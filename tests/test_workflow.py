@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import last_line, run_farm
+from conftest import last_line, run_farm, shrink_op
 
 
 @pytest.fixture()
@@ -83,3 +83,42 @@ def test_retuning_one_row_rebuilds_that_row_only(project: Path) -> None:
     assert {k: v for k, v in after_objects.items() if k != key} == {k: v for k, v in before_objects.items() if k != key}
     assert {k: v for k, v in after_entries.items() if k != key} == {k: v for k, v in before_entries.items() if k != key}
     assert run_farm(project, "check").returncode == 0
+
+
+SMALL_BWD_GROUPS = """groups:
+  - name: baked
+    name_format: 'rmsnorm_bwd_{dtype}_n{n}'
+    axes:
+      dtype: [bf16]
+      n: [4096]
+      n_max: [0]
+  - name: generic
+    name_format: 'rmsnorm_bwd_{dtype}_generic{n_max}'
+    axes:
+      dtype: [f32]
+      n: [0]
+      n_max: [1024]
+"""
+
+
+def test_editing_the_backward_source_rebuilds_backward_rows_only(small_project: Path, tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    shutil.copytree(small_project, project, ignore=shutil.ignore_patterns(".farm", "outputs"))
+    shrink_op(project, "rmsnorm_bwd", SMALL_BWD_GROUPS)
+    selection = ("ops=[rmsnorm,rmsnorm_bwd]", "targets=[gfx942,gfx11-generic]")
+    run_farm(project, "expand", *selection, check=True)
+    run_farm(project, "build", *selection, check=True)
+    before = snapshot(project)
+    assert sum(k.startswith("rmsnorm_bwd/") for k in before) == 4 and len(before) == 16
+
+    src = project / "kernels_src" / "rmsnorm_bwd" / "rmsnorm_bwd.py"
+    src.write_text(src.read_text() + "\n# a comment-only edit still changes the input digest\n")
+    plan = run_farm(project, "plan", *selection, check=True)
+    assert last_line(plan.stdout) == "rows=16 up_to_date=12 to_build=4"
+    assert all(line.split()[1].startswith("rmsnorm_bwd/") for line in plan.stdout.splitlines()[:-1])
+    run_farm(project, "build", *selection, check=True)
+    assert all(k.startswith("rmsnorm_bwd/") for k in built_keys(project)) and len(built_keys(project)) == 4
+    after = snapshot(project)
+    assert {k: v for k, v in after.items() if k.startswith("rmsnorm/")} == {
+        k: v for k, v in before.items() if k.startswith("rmsnorm/")}
+    assert run_farm(project, "check", *selection).returncode == 0

@@ -11,7 +11,8 @@ Two kernels in one object, both launched by the same @flyc.jit launcher:
   launch, so gamma and the program's dgamma partial stay in registers across its rows; at
   the end every program writes its f32 partial row to `workspace[p, :N]`.
 - `rmsnorm_bwd_reduce`: sums `workspace` over programs into dgamma in a fixed order
-  (no atomics), so dgamma is bitwise reproducible for given M, N, num_programs.
+  (no atomics), so dx and dgamma are bitwise reproducible run to run (for the same
+  object, M, N and num_programs; the partition into programs sets the summation order).
 
 Every global access goes through a buffer descriptor whose byte bound is the row (or
 the workspace), so tail lanes load zeros and their stores are dropped without masks.
@@ -27,11 +28,13 @@ from typing import Any
 import flydsl.compiler as flyc
 import flydsl.expr as fx
 import torch
+from flydsl._mlir import ir
 from flydsl.expr import rocdl
 from flydsl.runtime.device import get_rocm_arch, get_warp_size
 from rmsnorm_bwd.spec import (
     DTYPE_FORMS,
     ELEM_BYTES,
+    PREFETCH_MAX_SLOTS,
     REDUCE_COLS,
     REDUCE_GROUPS,
     REDUCE_UNROLL,
@@ -58,8 +61,8 @@ def target_arch() -> str:
 
 
 def _put(array: Any, idx: Any, value: Any) -> None:
-    # Subscript-store through a call: written inline inside a run-time `if`,
-    # FlyDSL's AST rewriter treats `array` as a branch live-out and rejects it.
+    # Subscript-store through a call: written inline inside a run-time `if` or `for`, FlyDSL's
+    # AST rewriter treats `array` as a value the region yields and rejects it.
     array[idx] = value
 
 
@@ -81,15 +84,37 @@ def _bits_type(nbytes: int) -> tuple[Any, type]:
     return (fx.T.i16, fx.Int16) if nbytes == 2 else (fx.T.i32, fx.Int32)
 
 
-def _load_elem(rsrc: Any, idx: Any, t: type, nbytes: int) -> fx.Float32:
+def _load_elem(rsrc: Any, offset: Any, t: type, nbytes: int) -> fx.Float32:
+    """One element at byte `offset`, as f32."""
     ir_ty, bits_t = _bits_type(nbytes)
-    raw = rocdl.raw_ptr_buffer_load(ir_ty, rsrc, idx * nbytes, 0)
+    raw = rocdl.raw_ptr_buffer_load(ir_ty, rsrc, offset, 0)
     return bits_t(raw).bitcast(t).to(fx.Float32)
 
 
-def _store_elem(rsrc: Any, idx: Any, value: fx.Float32, t: type, nbytes: int) -> None:
+def _store_elem(rsrc: Any, offset: Any, value: fx.Float32, t: type, nbytes: int) -> None:
+    """Round `value` once to `t` and store it at byte `offset`."""
     bits = value.to(t).bitcast(_bits_type(nbytes)[1])
-    rocdl.raw_ptr_buffer_store(bits.ir_value(), rsrc, fx.Int32(idx * nbytes).ir_value(), fx.Int32(0).ir_value())
+    rocdl.raw_ptr_buffer_store(bits.ir_value(), rsrc, fx.Int32(offset).ir_value(), fx.Int32(0).ir_value())
+
+
+def _lds_barrier() -> None:
+    # Workgroup barrier whose memory fence covers LDS only.  A plain gpu.barrier fences all
+    # address spaces, and on RDNA (WGP mode) that waits for every outstanding global load,
+    # including the next row's prefetch, before the barrier.
+    lds_space = ir.Attribute.parse("#gpu.address_space<workgroup>")
+    fx.gpu.barrier(address_spaces=ir.ArrayAttr.get([lds_space]))
+
+
+def _fence_schedule() -> None:
+    # Keep the scheduler from hoisting every slot's f32->16-bit rounding together: without a
+    # bf16 convert instruction (gfx90a/gfx942) each rounding holds a NaN-test lane mask in an
+    # SGPR pair (wave64), and 32 of them at once overflowed the SGPR file.
+    rocdl.sched_barrier(0)
+
+
+def _load_raw(rsrc: Any, slot: Any) -> fx.Vector:
+    """The 16 bytes of slot `slot` as raw i32x4 (converted only when used)."""
+    return fx.Vector(rocdl.raw_ptr_buffer_load(fx.T.vec(4, fx.T.i32), rsrc, slot * VEC_BYTES, 0))
 
 
 def _load_slot(rsrc: Any, slot: Any, vec: int, t: type, nbytes: int, wide: bool) -> fx.Vector:
@@ -97,10 +122,12 @@ def _load_slot(rsrc: Any, slot: Any, vec: int, t: type, nbytes: int, wide: bool)
 
     wide: 16-byte accesses (the slot is 16-byte aligned); else one access per element.
     """
-    if not wide:
-        return fx.Vector.from_elements([_load_elem(rsrc, slot * vec + e, t, nbytes) for e in range(vec)], fx.Float32)
-    parts = vec * nbytes // VEC_BYTES
+    # Offsets are written `base + constant` so LLVM can fold the constant into the instruction's
+    # immediate offset (it does where the address is computed in the load's block).
     base = slot * (vec * nbytes)
+    if not wide:
+        return fx.Vector.from_elements([_load_elem(rsrc, base + e * nbytes, t, nbytes) for e in range(vec)], fx.Float32)
+    parts = vec * nbytes // VEC_BYTES
     raw = [
         fx.Vector(rocdl.raw_ptr_buffer_load(fx.T.vec(4, fx.T.i32), rsrc, base + p * VEC_BYTES, 0)).bitcast(t)
         for p in range(parts)
@@ -111,16 +138,16 @@ def _load_slot(rsrc: Any, slot: Any, vec: int, t: type, nbytes: int, wide: bool)
 
 def _store_slot(rsrc: Any, slot: Any, value: fx.Vector, vec: int, t: type, nbytes: int, wide: bool) -> None:
     """Round the f32 `value` once to `t` and store it to slot `slot`."""
+    base = slot * (vec * nbytes)
     if not wide:
         for e in range(vec):
-            _store_elem(rsrc, slot * vec + e, value[e], t, nbytes)
+            _store_elem(rsrc, base + e * nbytes, value[e], t, nbytes)
         return
     raw = value.to(t).bitcast(fx.Int32)
     parts = vec * nbytes // VEC_BYTES
     for p in range(parts):
         chunk = raw if parts == 1 else raw.shuffle(raw, list(range(4 * p, 4 * p + 4)))
-        offset = fx.Int32(slot * (vec * nbytes) + p * VEC_BYTES).ir_value()
-        rocdl.raw_ptr_buffer_store(chunk, rsrc, offset, fx.Int32(0).ir_value())
+        rocdl.raw_ptr_buffer_store(chunk, rsrc, fx.Int32(base + p * VEC_BYTES).ir_value(), fx.Int32(0).ir_value())
 
 
 def _build(dtype: str, n_baked: int, n_max: int, wave: int) -> Callable:
@@ -132,6 +159,9 @@ def _build(dtype: str, n_baked: int, n_max: int, wave: int) -> Callable:
     threads, slots = partial_plan(n_baked or n_max, vec)
     n_waves = threads // wave
     reduce_grid_baked = -(-n_baked // REDUCE_COLS)
+
+    def _load_slots(rsrc: Any, ids: list, t: type, nbytes: int, wide: bool) -> list[fx.Vector]:
+        return [_load_slot(rsrc, i, vec, t, nbytes, wide) for i in ids]
 
     # Explicit names: the symbols do not depend on FlyDSL's per-launcher kernel counter.
     @flyc.kernel(name="rmsnorm_bwd_partial")
@@ -167,43 +197,86 @@ def _build(dtype: str, n_baked: int, n_max: int, wave: int) -> Callable:
                 return v
             base = bank * threads
             _put(lds, base + tid, v)
-            fx.gpu.barrier()
+            _lds_barrier()
             # Every lane folds the waves' totals (each wave's lane-0 slot) in one fixed tree.
             return _tree_sum([lds[base + w * wave] for w in fx.range_constexpr(n_waves)])
 
+        def row_rsrc(base: fx.Pointer, stride: fx.Int32, row: fx.Int32, row_bytes: fx.Int64) -> Any:
+            # Rows at or past M get an empty descriptor: their (prefetch) loads touch no memory.
+            nbytes = (row < m).select(row_bytes, fx.Int64(0))
+            return _rsrc(base + fx.Int64(row) * fx.Int64(stride), nbytes)
+
+        def row_update(xs: list, dys: list, rstd: fx.Float32, gs: list, acc: list, bank: fx.Int32) -> tuple:
+            """x_hat, gamma*dy, the row's sum of x_hat*gamma*dy (workgroup-wide), updated acc."""
+            xh = [xs[s] * rstd for s in fx.range_constexpr(slots)]
+            wdy = [dys[s] * gs[s] for s in fx.range_constexpr(slots)]
+            part = xh[0] * wdy[0]
+            for s in fx.range_constexpr(1, slots):
+                part = fx.math.fma(xh[s], wdy[s], part)
+            # dgamma before the reduction: dy is then dead across the barrier (fewer VGPRs).
+            acc = [fx.math.fma(dys[s], xh[s], acc[s]) for s in fx.range_constexpr(slots)]
+            return xh, wdy, block_sum(part.reduce(fx.ReductionOp.ADD), bank), acc
+
+        def store_dx(row: Any, row_bytes: Any, ids: list, xh: list, wdy: list, c: Any, rstd: Any, wide: bool) -> None:
+            dx_rs = row_rsrc(dx, dx_row_stride, row, row_bytes)
+            for s in fx.range_constexpr(slots):
+                _store_slot(dx_rs, ids[s], (wdy[s] - xh[s] * c) * rstd, vec, x_t, x_bytes, wide)
+                _fence_schedule()
+
         def program_rows(n_cols: Any, inv_n: Any, wide: bool) -> None:
-            # Lane tid owns slots tid + s*threads (columns slot*vec ...) for every row.
-            g_rs = _rsrc(gamma, fx.Int64(n_cols) * g_bytes)
-            gs = [_load_slot(g_rs, tid + s * threads, vec, g_t, g_bytes, wide) for s in fx.range_constexpr(slots)]
+            # Lane tid owns slots tid + s*threads (columns slot*vec ...) for every row, so
+            # gamma and the dgamma partial stay in registers across the program's rows.
+            ids = [tid + s * threads for s in fx.range_constexpr(slots)]
+            row_bytes = fx.Int64(n_cols) * x_bytes
+            gs = _load_slots(_rsrc(gamma, fx.Int64(n_cols) * g_bytes), ids, g_t, g_bytes, wide)
+            rstd_rs = _rsrc(inv_rms, fx.Int64(m) * 4)
             acc = [fx.Vector.filled(vec, 0.0, fx.Float32) for _s in fx.range_constexpr(slots)]
             bank = fx.Int32(0)
-            for row in range(pid, m, num_programs):
-                x_rs = _rsrc(x + fx.Int64(row) * fx.Int64(x_row_stride), fx.Int64(n_cols) * x_bytes)
-                dy_rs = _rsrc(dy + fx.Int64(row) * fx.Int64(dy_row_stride), fx.Int64(n_cols) * x_bytes)
-                dx_rs = _rsrc(dx + fx.Int64(row) * fx.Int64(dx_row_stride), fx.Int64(n_cols) * x_bytes)
-                rstd = inv_rms[row]
-                xs = [_load_slot(x_rs, tid + s * threads, vec, x_t, x_bytes, wide) for s in fx.range_constexpr(slots)]
-                dys = [_load_slot(dy_rs, tid + s * threads, vec, x_t, x_bytes, wide) for s in fx.range_constexpr(slots)]
-                xh = [xs[s] * rstd for s in fx.range_constexpr(slots)]
-                wdy = [dys[s] * gs[s] for s in fx.range_constexpr(slots)]
-                part = xh[0] * wdy[0]
-                for s in fx.range_constexpr(1, slots):
-                    part = fx.math.fma(xh[s], wdy[s], part)
-                # dgamma before the reduction: dy is then dead across the barrier (fewer VGPRs).
-                acc = [fx.math.fma(dys[s], xh[s], acc[s]) for s in fx.range_constexpr(slots)]
-                c = block_sum(part.reduce(fx.ReductionOp.ADD), bank) * inv_n
-                if fx.const_expr(not wide):
-                    # Element path: re-read x and dy (cache hits) instead of keeping one VGPR per
-                    # element live across the barrier; keeps the n_max=16384 tier under 256 VGPRs.
-                    xh = [_load_slot(x_rs, tid + s * threads, vec, x_t, x_bytes, wide) * rstd for s in fx.range_constexpr(slots)]
-                    wdy = [_load_slot(dy_rs, tid + s * threads, vec, x_t, x_bytes, wide) * gs[s] for s in fx.range_constexpr(slots)]
-                for s in fx.range_constexpr(slots):
-                    _store_slot(dx_rs, tid + s * threads, (wdy[s] - xh[s] * c) * rstd, vec, x_t, x_bytes, wide)
-                bank = 1 - bank
+            if fx.const_expr(wide and slots <= PREFETCH_MAX_SLOTS):
+                # 16-byte path: the next row's x, dy and inv_rms are loaded (raw) while this row
+                # is reduced and stored, so their latency hides behind the barrier and the stores.
+                def fetch(row: fx.Int32) -> tuple:
+                    x_rs = row_rsrc(x, x_row_stride, row, row_bytes)
+                    dy_rs = row_rsrc(dy, dy_row_stride, row, row_bytes)
+                    return (
+                        [_load_raw(x_rs, i) for i in ids],
+                        [_load_raw(dy_rs, i) for i in ids],
+                        _load_elem(rstd_rs, row * 4, fx.Float32, 4),
+                    )
+
+                cur_x, cur_dy, cur_rstd = fetch(pid)
+                for row in range(pid, m, num_programs):
+                    # inv_rms is wave-uniform: an SGPR copy keeps packed VALU ops from pairing
+                    # it with a VGPR the next row's loads are still writing.
+                    rstd = fx.Float32(rocdl.readfirstlane(fx.T.f32, cur_rstd))
+                    # Converted before the next loads are issued, so those land in the same
+                    # registers (no copies at the loop back-edge, which would wait for them).
+                    xs = [fx.Vector(v).bitcast(x_t).to(fx.Float32) for v in cur_x]
+                    dys = [fx.Vector(v).bitcast(x_t).to(fx.Float32) for v in cur_dy]
+                    cur_x, cur_dy, cur_rstd = fetch(row + num_programs)
+                    xh, wdy, total, acc = row_update(xs, dys, rstd, gs, acc, bank)
+                    store_dx(row, row_bytes, ids, xh, wdy, total * inv_n, rstd, True)
+                    bank = 1 - bank
+            else:
+                # No prefetch (the n_max=16384 f32 tier: it would not fit in 256 VGPRs; and the
+                # element path).  The element path re-reads x and dy after the barrier (cache
+                # hits) rather than keeping one VGPR per element live across it.
+                for row in range(pid, m, num_programs):
+                    x_rs = row_rsrc(x, x_row_stride, row, row_bytes)
+                    dy_rs = row_rsrc(dy, dy_row_stride, row, row_bytes)
+                    rstd = _load_elem(rstd_rs, row * 4, fx.Float32, 4)
+                    xs = _load_slots(x_rs, ids, x_t, x_bytes, wide)
+                    dys = _load_slots(dy_rs, ids, x_t, x_bytes, wide)
+                    xh, wdy, total, acc = row_update(xs, dys, rstd, gs, acc, bank)
+                    if fx.const_expr(not wide):
+                        xh = [v * rstd for v in _load_slots(x_rs, ids, x_t, x_bytes, False)]
+                        wdy = [v * g for v, g in zip(_load_slots(dy_rs, ids, x_t, x_bytes, False), gs, strict=True)]
+                    store_dx(row, row_bytes, ids, xh, wdy, total * inv_n, rstd, wide)
+                    bank = 1 - bank
             # This program's dgamma partial row (zeros if it had no rows).
             ws_rs = _rsrc(workspace + fx.Int64(pid) * fx.Int64(n_cols), fx.Int64(n_cols) * 4)
             for s in fx.range_constexpr(slots):
-                _store_slot(ws_rs, tid + s * threads, acc[s], vec, fx.Float32, 4, wide)
+                _store_slot(ws_rs, ids[s], acc[s], vec, fx.Float32, 4, wide)
 
         if fx.const_expr(n_baked > 0):
             program_rows(n_baked, 1.0 / n_baked, True)
@@ -240,18 +313,18 @@ def _build(dtype: str, n_baked: int, n_max: int, wave: int) -> Callable:
         # Programs group, group + G, ... summed strictly in increasing order.
         for p in range(group, num_programs, REDUCE_GROUPS * REDUCE_UNROLL):
             vals = [
-                _load_elem(ws_rs, (p + u * REDUCE_GROUPS) * n_cols + col, fx.Float32, 4)
+                _load_elem(ws_rs, ((p + u * REDUCE_GROUPS) * n_cols + col) * 4, fx.Float32, 4)
                 for u in fx.range_constexpr(REDUCE_UNROLL)
             ]
             for u in fx.range_constexpr(REDUCE_UNROLL):
                 acc = acc + vals[u]
         _put(lds, tid, acc)
-        fx.gpu.barrier()
+        _lds_barrier()
         if group == 0:
             total = lds[lane]
             for g in fx.range_constexpr(1, REDUCE_GROUPS):
                 total = total + lds[g * REDUCE_COLS + lane]
-            _store_elem(_rsrc(dgamma, fx.Int64(n_cols) * g_bytes), col, total, g_t, g_bytes)
+            _store_elem(_rsrc(dgamma, fx.Int64(n_cols) * g_bytes), col * g_bytes, total, g_t, g_bytes)
 
     @flyc.jit
     def launch(

@@ -7,8 +7,6 @@ functions live here too so the kernel builder and the docs never disagree.
 
 from __future__ import annotations
 
-from rmsnorm.spec import DTYPE_FORMS, ELEM_BYTES, VEC_BYTES
-
 __all__ = [
     "BAKED_WIDTHS",
     "DTYPE_FORMS",
@@ -16,6 +14,7 @@ __all__ = [
     "KNOBS",
     "MAX_N",
     "N_MAX_TIERS",
+    "PREFETCH_MAX_SLOTS",
     "REDUCE_COLS",
     "REDUCE_GROUPS",
     "REDUCE_UNROLL",
@@ -26,6 +25,21 @@ __all__ = [
 ]
 
 KNOBS: tuple[str, ...] = ("dtype", "n", "n_max")
+
+# dtype knob -> (x/dy/dx element type, gamma/dgamma element type); accumulation is f32.  The same
+# forms as the forward op, kept here rather than imported from rmsnorm.spec: the farm digests every
+# source file a compile reads, so importing it would rebuild all backward objects on any edit of
+# the forward's spec.
+DTYPE_FORMS: dict[str, tuple[str, str]] = {
+    "bf16": ("bf16", "bf16"),
+    "f16": ("f16", "f16"),
+    "f32": ("f32", "f32"),
+    "bf16_f32gamma": ("bf16", "f32"),
+    "f16_f32gamma": ("f16", "f32"),
+}
+ELEM_BYTES: dict[str, int] = {"bf16": 2, "f16": 2, "f32": 4}
+# One global access moves 16 bytes (dwordx4).
+VEC_BYTES = 16
 
 # Baked widths the farm expands today; any other multiple of the vector width
 # up to MAX_N is accepted as well.
@@ -39,11 +53,17 @@ N_MAX_TIERS: tuple[int, ...] = (1024, 8192, 16384)
 THREAD_QUANTUM = 64
 MAX_THREADS = 512
 
-# Reduce kernel: a workgroup owns REDUCE_COLS columns; REDUCE_GROUPS lanes per column split
-# the programs (p = g, g + G, ...), each issuing REDUCE_UNROLL loads per step.
-REDUCE_COLS = 64
-REDUCE_GROUPS = 4
-REDUCE_UNROLL = 4
+# The partial kernel prefetches the next row's x and dy (raw, 2 x 4 VGPRs per slot) only up to
+# this many slots per lane: beyond it (the f32 n_max=16384 tier) it would not fit in 256 VGPRs.
+PREFETCH_MAX_SLOTS = 4
+
+# Reduce kernel (256 threads): a workgroup owns REDUCE_COLS columns (128-byte rows of the
+# workspace); REDUCE_GROUPS lanes per column split the programs (group g sums p = g, g + G, ...),
+# each lane keeping REDUCE_UNROLL loads in flight.  A thread waits on num_programs / (G * U)
+# round trips, so the reduce stays short next to the partial kernel even for small N.
+REDUCE_COLS = 32
+REDUCE_GROUPS = 8
+REDUCE_UNROLL = 8
 
 
 def vec_elems(dtype: str) -> int:
@@ -82,9 +102,13 @@ def check_row(knobs: dict) -> None:
     dtype, n, n_max = knobs["dtype"], knobs["n"], knobs["n_max"]
     if dtype not in DTYPE_FORMS:
         raise ValueError(f"knob dtype={dtype!r} not supported; accepted: {sorted(DTYPE_FORMS)}")
+    accepted = {
+        "n": f"0 (generic tier) or a baked width, a multiple of the vector width, up to {MAX_N}",
+        "n_max": f"0 with a baked n, or one of {list(N_MAX_TIERS)} with n=0",
+    }
     for name, value in (("n", n), ("n_max", n_max)):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"knob {name}={value!r} must be an int")
+            raise ValueError(f"knob {name}={value!r} must be an int; accepted: {accepted[name]}")
     sixteen_bit = sorted(d for d, f in DTYPE_FORMS.items() if ELEM_BYTES[f[0]] == 2)
 
     if n < 0:
@@ -94,9 +118,7 @@ def check_row(knobs: dict) -> None:
         )
     if n == 0:
         if n_max not in N_MAX_TIERS:
-            raise ValueError(
-                f"knob n_max={n_max} is not a generic tier; with n=0 accepted n_max: {list(N_MAX_TIERS)}"
-            )
+            raise ValueError(f"knob n_max={n_max} is not a generic tier; with n=0 accepted n_max: {list(N_MAX_TIERS)}")
         return
 
     # Baked width.
