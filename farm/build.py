@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -180,6 +179,3 @@ def _write_report(cfg: FarmConfig, report: dict[str, Any]) -> Path:
     write_text_atomic(cfg.report_dir / "latest-build.json", text)
     return path
 
-
-def render_decisions(decisions: list[Decision]) -> str:
-    return json.dumps([{"key": d.row.key, "status": d.status, "reason": d.reason} for d in decisions])
