@@ -131,7 +131,8 @@ def cmd_pin(flags: set[str], overrides: list[str]) -> int:
     path = cfg.root / "conf" / "toolchain" / "pinned.yaml"
     write_text_atomic(path, pin_text(found))
     print(f"moved the pin in {path}:\n  " + "\n  ".join(diff))
-    print("every object's inputs changed: run `farm build`, then commit conf/toolchain and outputs.dvc")
+    print("objects built under the old pin are now out of date: `farm plan` lists them, `farm build` rebuilds "
+          "them; then commit conf/toolchain/ and publish (farm push)")
     return 0
 
 
