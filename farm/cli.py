@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from . import config as config_mod
 from .errors import FarmError
+from .expand import fresh_rows
 
 USAGE = """usage: farm VERB [--flags] [key=value ...]
 
@@ -30,16 +31,6 @@ selection and paths (Hydra overrides):
 
 def _load(overrides: list[str]) -> config_mod.FarmConfig:
     return config_mod.load(config_mod.find_project_root(), overrides)
-
-
-def _rows(cfg: config_mod.FarmConfig) -> tuple[list, list]:
-    """(selected rows, every row of the selected ops) from a fresh instances/."""
-    from .expand import require_fresh
-    from .rows import load_table, select
-
-    require_fresh(cfg)
-    every = [row for op in cfg.selected_ops for row in load_table(cfg, op)]
-    return select(cfg, every), every
 
 
 def cmd_expand(flags: set[str], overrides: list[str]) -> int:
@@ -71,7 +62,7 @@ def cmd_plan(flags: set[str], overrides: list[str]) -> int:
     from .plan import decide, summary_line
 
     cfg = _load(overrides)
-    rows, _ = _rows(cfg)
+    rows, _ = fresh_rows(cfg)
     decisions = decide(cfg, rows)
     verbose = "--verbose" in flags or "-v" in flags
     for d in decisions:
@@ -87,7 +78,7 @@ def cmd_build(flags: set[str], overrides: list[str]) -> int:
     from .toolchain import installed, require_pin
 
     cfg = _load(overrides)
-    rows, every = _rows(cfg)
+    rows, every = fresh_rows(cfg)
     decisions = decide(cfg, rows)
     print(summary_line(decisions), file=sys.stderr)
     if any(d.builds for d in decisions):
@@ -100,7 +91,7 @@ def cmd_check(flags: set[str], overrides: list[str]) -> int:
     from .check import check
 
     cfg = _load(overrides)
-    rows, every = _rows(cfg)
+    rows, every = fresh_rows(cfg)
     found = check(cfg, rows, every)
     for line in found:
         print(f"DRIFT {line}")
@@ -114,7 +105,7 @@ def cmd_audit(flags: set[str], overrides: list[str]) -> int:
     from .audit import audit
 
     cfg = _load(overrides)
-    rows, every = _rows(cfg)
+    rows, every = fresh_rows(cfg)
     return audit(cfg, rows, every, overrides)
 
 

@@ -9,7 +9,7 @@ from .atomic import write_text_atomic
 from .config import SAFE_NAME, FarmConfig, Op
 from .errors import FarmError
 from .kernel_modules import import_kernel_module
-from .rows import Row, render_table, sort_key, table_path
+from .rows import Row, load_table, render_table, select, sort_key, table_path
 
 
 def expand_op(cfg: FarmConfig, op: Op) -> list[Row]:
@@ -110,3 +110,10 @@ def require_fresh(cfg: FarmConfig) -> None:
         names = ", ".join(str(p.relative_to(cfg.root)) if p.is_relative_to(cfg.root) else str(p) for p in stale)
         raise FarmError(f"instance table out of date with conf/: {names}",
                         "run `farm expand` (and commit instances/)")
+
+
+def fresh_rows(cfg: FarmConfig) -> tuple[list[Row], list[Row]]:
+    """(selected rows, every row of the selected ops) from instances/, refusing a stale table."""
+    require_fresh(cfg)
+    every = [row for op in cfg.selected_ops for row in load_table(cfg, op)]
+    return select(cfg, every), every

@@ -246,10 +246,10 @@ def _rows_to_check(cfg: FarmConfig) -> tuple[list[Row], list[Row], list[str]]:
     The rows are the selection, exactly as `farm check` loads it, plus the rows of every other
     <op>/<target> directory present: DVC publishes the whole tree, so nothing in it goes unchecked.
     """
-    from .cli import _rows
+    from .expand import fresh_rows
     from .rows import load_table, table_path
 
-    selected, every = _rows(cfg)
+    selected, every = fresh_rows(cfg)
     others = [op for op in sorted(cfg.ops)
               if op not in cfg.selected_ops and table_path(cfg.instances_dir, op).is_file()]
     every = every + [r for op in others for r in load_table(cfg, op)]

@@ -78,14 +78,20 @@ def last_line(text: str) -> str:
     return text.strip().splitlines()[-1]
 
 
+def small_copy(dest: Path) -> Path:
+    """A project copy with the small rmsnorm table, selecting only rmsnorm by default
+    (tests that need other ops select them: ops=[...]). `farm expand` still has to run."""
+    project = copy_project(dest)
+    shrink_rmsnorm(project)
+    config = project / "conf" / "config.yaml"
+    config.write_text(config.read_text().replace("\nops: []", "\nops: [rmsnorm]", 1))
+    return project
+
+
 @pytest.fixture(scope="session")
 def small_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A project with the small rmsnorm table expanded (no objects yet)."""
-    project = copy_project(tmp_path_factory.mktemp("small"))
-    shrink_rmsnorm(project)
-    # Only rmsnorm by default here; tests that need other ops select them (ops=[...]).
-    config = project / "conf" / "config.yaml"
-    config.write_text(config.read_text().replace("\nops: []", "\nops: [rmsnorm]", 1))
+    project = small_copy(tmp_path_factory.mktemp("small"))
     run_farm(project, "expand", check=True)
     return project
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SMALL_ROWS_PER_TARGET, copy_project, last_line, run_farm, shrink_rmsnorm
+from conftest import REPO, SMALL_ROWS_PER_TARGET, last_line, run_farm, small_copy
 
 SEL = "targets=[gfx942]"
 TARGET_DIR = "rmsnorm/gfx942"
@@ -89,8 +89,7 @@ def blob_of(project: Path, relpath: str) -> str:
 @pytest.fixture(scope="module")
 def src(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The small table expanded and built for gfx942 only (6 real objects, about 15 s)."""
-    project = copy_project(tmp_path_factory.mktemp("dvc-src"))
-    shrink_rmsnorm(project)
+    project = small_copy(tmp_path_factory.mktemp("dvc-src"))
     run_farm(project, "expand", check=True)
     run_farm(project, "build", SEL, check=True)
     return project
@@ -189,7 +188,7 @@ def test_status_names_missing_directory_and_its_pull_command(published: Path, s3
     line = next(x for x in proc.stdout.splitlines() if x.startswith(f"MISSING outputs/{TARGET_DIR}/"))
     assert "8 of 8 published files are absent" in line
     fix = re.search(r"fix: `farm ([^`]*)`", line).group(1).split()
-    assert fix == ["pull", SEL, *s3_args(s3, "pub")]
+    assert fix == ["pull", "ops=[rmsnorm]", SEL, *s3_args(s3, "pub")]  # the project selects rmsnorm only
     # the printed command is the fix, as printed
     assert run_farm(project, *fix, env=env).returncode == 0
     assert run_farm(project, "status", SEL, *s3_args(s3, "pub"), env=env).returncode == 0
@@ -243,7 +242,7 @@ def test_local_default_remote_round_trip_and_change_report(src: Path, env: dict[
     status = run_farm(project, "status", SEL, env=env)
     assert status.returncode == 1
     assert f"MISSING outputs/{TARGET_DIR}/: 8 of 8 published files are absent" in status.stdout
-    assert f"fix: `farm pull {SEL}`" in status.stdout
+    assert f"fix: `farm pull ops=[rmsnorm] {SEL}`" in status.stdout
     pull = run_farm(project, "pull", SEL, env=env)
     assert pull.returncode == 0, pull.stdout + pull.stderr
     assert tree_bytes(project / "outputs") == tree_bytes(src / "outputs")
@@ -262,7 +261,7 @@ def test_local_default_remote_round_trip_and_change_report(src: Path, env: dict[
     status = run_farm(project, "status", SEL, env=env)
     assert status.returncode == 1
     assert f"UNPUBLISHED outputs/{TARGET_DIR}/: checks clean but differs from outputs.dvc (0 added, 2 changed, " \
-           f"2 removed; 6 files here, 8 in outputs.dvc); fix: `farm push {SEL}`" in status.stdout
+           f"2 removed; 6 files here, 8 in outputs.dvc); fix: `farm push ops=[rmsnorm] {SEL}`" in status.stdout
     push = run_farm(project, "push", SEL, env=env)
     assert push.returncode == 0, push.stdout + push.stderr
     lines = push.stdout.splitlines()
