@@ -164,3 +164,11 @@ def test_interrupted_write_leftovers_are_cleaned(clone: Path) -> None:
     assert "rows=30 up_to_date=29 to_build=1" in proc.stderr
     assert not leftover.exists() and obj.is_file()
     assert run_farm(clone, "check").returncode == 0
+
+
+def test_warm_forked_compiles_match_fresh_processes(built: Path, tmp_path: Path) -> None:
+    """The warm path (a fork of a server that imported torch and flydsl once) gives the same bytes
+    as a fresh interpreter per row, on every target."""
+    out = tmp_path / "fresh"
+    run_farm(built, "build", f"outputs_dir={out}", "executor.warm=false", check=True)
+    assert tree_bytes(out) == tree_bytes(built / "outputs")
