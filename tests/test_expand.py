@@ -118,3 +118,24 @@ def test_bad_rows_fail_expand(project: Path, old: str, new: str, needle: str) ->
 def test_unknown_verb_is_refused(project: Path) -> None:
     proc = run_farm(project, "biuld")
     assert proc.returncode == 2 and "unknown verb 'biuld'" in proc.stderr
+
+
+@pytest.mark.parametrize(("op", "old", "new", "needle"), [
+    ("sdpa_cdna", "head_dim: [64, 96, 128, 160, 192], causal: [0, 1], tile: [m128n64w4]",
+     "head_dim: [64, 96, 128, 160, 512], causal: [0, 1], tile: [m128n64w4]", "head_dim=512"),
+    ("sdpa_cdna", "{dtype: [bf16, f16], head_dim: [64, 96, 128, 160, 192], causal: [0, 1], tile: [m128n64w4]}",
+     "{dtype: [bf16, f32], head_dim: [64, 96, 128, 160, 192], causal: [0, 1], tile: [m128n64w4]}",
+     "knob dtype='f32' not supported"),
+    ("sdpa_cdna", "causal: [0, 1], tile: [m128n64w4]}", "causal: [0, 1], tile: [m100n64w4]}", "tile='m100n64w4'"),
+    ("sdpa_rdna", "head_dim: [64, 96, 128, 256]", "head_dim: [64, 100, 128, 256]", "head_dim=100 has no object"),
+    ("sdpa_rdna", "head_dim_max: [64, 128, 256]", "head_dim_max: [64, 128, 320]", "head_dim_max=320"),
+    ("sdpa_rdna_decode", "dtype: [bf16, f16]", "dtype: [bf16, fp8]", "knob dtype='fp8' not supported"),
+])
+def test_bad_attention_rows_fail_expand(project: Path, op: str, old: str, new: str, needle: str) -> None:
+    conf = project / "conf" / "op" / f"{op}.yaml"
+    text = conf.read_text()
+    assert old in text
+    conf.write_text(text.replace(old, new, 1))
+    proc = run_farm(project, "expand")
+    assert proc.returncode == 2 and needle in proc.stderr and "fix:" in proc.stderr
+    assert "Traceback" not in proc.stderr
