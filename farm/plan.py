@@ -39,7 +39,10 @@ def decide(cfg: FarmConfig, rows: list[Row]) -> list[Decision]:
     decisions = []
     cache: dict[tuple[str, str], tuple[dict[str, dict[str, Any]], str | None]] = {}
     for row in rows:
-        entries, unreadable = cache.setdefault((row.op, row.target), _load_entries(cfg, row.op, row.target))
+        key = (row.op, row.target)
+        if key not in cache:  # one manifest read per directory, not per row
+            cache[key] = _load_entries(cfg, row.op, row.target)
+        entries, unreadable = cache[key]
         entry = entries.get(row.file_name)
         path = manifest.directory(cfg, row.op, row.target) / row.file_name
         if unreadable:
