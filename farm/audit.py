@@ -8,7 +8,6 @@ tree can be one this farm did not build (e.g. fetched with `farm pull`).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -22,7 +21,7 @@ from typing import Any
 
 from . import manifest
 from .atomic import write_text_atomic
-from .canonical import canonical_json
+from .canonical import canonical_json, sha256_bytes
 from .config import FarmConfig
 from .rows import Row
 
@@ -47,7 +46,7 @@ def sample_rows(rows: list[Row], n: int | None) -> list[Row]:
     """A deterministic sample: the n rows whose keys hash lowest (stable across runs and machines)."""
     if not n or n >= len(rows):
         return rows
-    chosen = sorted(rows, key=lambda r: hashlib.sha256(r.key.encode()).hexdigest())[:n]
+    chosen = sorted(rows, key=lambda r: sha256_bytes(r.key.encode()))[:n]
     return sorted(chosen, key=lambda r: r.key)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -28,7 +28,6 @@ class CodeObject:
     kernel_symbols: list[str]
     metadata: dict[str, Any]
     comment: str = ""
-    section_order: list[str] = field(default_factory=list)
 
     @property
     def mach(self) -> int:
@@ -67,12 +66,10 @@ def read_code_object(data: bytes) -> CodeObject:
         elf = ELFFile(io.BytesIO(data))
         header = elf.header
         sections: dict[str, bytes] = {}
-        order: list[str] = []
         metadata: dict[str, Any] | None = None
         symbols: list[str] = []
         for section in elf.iter_sections():
             name = section.name
-            order.append(name)
             sections[name] = b"" if section.header["sh_type"] == "SHT_NOBITS" else section.data()
             if section.header["sh_type"] == "SHT_NOTE":
                 for note in section.iter_notes():
@@ -104,5 +101,4 @@ def read_code_object(data: bytes) -> CodeObject:
         kernel_symbols=sorted(symbols),
         metadata=metadata,
         comment=comment,
-        section_order=order,
     )
