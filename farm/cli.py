@@ -22,6 +22,10 @@ verbs:
   push / pull        publish outputs/ with DVC (after farm check) / fetch it and check it
   status             does outputs/ match outputs.dvc and the instance table? the fixing command
   diff A B           compare two code objects: header, sections, notes, kernel metadata, .text
+  vendor add|diff|note  upstream sources in kernels_src/ with recorded provenance (README: Vendoring):
+                     vendor add from=CHECKOUT commit=SHA upstream=NAME paths=[PATH,...] [into=DIR]
+                     vendor diff from=CHECKOUT [pinned=true] [strict=true]
+                     vendor note path=FILE why="REASON" from=CHECKOUT   (record a local modification)
 
 selection and paths (Hydra overrides):
   ops=[rmsnorm] targets=[gfx942,gfx950] dtypes=[bf16] outputs_dir=PATH
@@ -152,9 +156,17 @@ def cmd_diff(flags: set[str], overrides: list[str]) -> int:
     return diff_main(flags, overrides)
 
 
+def cmd_vendor(flags: set[str], overrides: list[str]) -> int:
+    """farm vendor add|diff|note key=value ...: plain keys, not Hydra overrides (farm/vendor/)."""
+    from .vendor.cli import main as vendor_main
+
+    return vendor_main(flags, overrides)
+
+
 VERBS: dict[str, Callable[[set[str], list[str]], int]] = {
     "expand": cmd_expand, "plan": cmd_plan, "build": cmd_build, "check": cmd_check, "pin": cmd_pin,
     "audit": cmd_audit, "push": cmd_push, "pull": cmd_pull, "status": cmd_status, "diff": cmd_diff,
+    "vendor": cmd_vendor,
 }
 
 

@@ -14,6 +14,7 @@ from .atomic import write_text_atomic
 from .canonical import canonical_json, digest_of
 from .config import FarmConfig
 from .errors import FarmError
+from .vendor.lock import vendored_sources
 
 SCHEMA = 1
 
@@ -90,6 +91,7 @@ def render_source_md(cfg: FarmConfig, op: str, target: str, entries: dict[str, d
         "",
         *[f"- `kernels_src/{rel}` {sha}" for rel, sha in sorted(sources.items())],
         "",
+        *_vendored_section(cfg, sources),
         "## Toolchain",
         "",
         f"- flydsl {pin.get('flydsl')}, Python {pin.get('python')}",
@@ -108,6 +110,21 @@ def render_source_md(cfg: FarmConfig, op: str, target: str, entries: dict[str, d
         "",
     ]
     return "\n".join(lines)
+
+
+def _vendored_section(cfg: FarmConfig, sources: dict[str, str]) -> list[str]:
+    """The recorded sources that were vendored from upstream projects (none: no section, same bytes as before)."""
+    vendored = vendored_sources(cfg.kernels_dir, sources)
+    if not vendored:
+        return []
+    return [
+        "## Vendored sources (kernels_src/VENDOR.lock.json)",
+        "",
+        *[f"- `kernels_src/{v['file']}`: {v['upstream']} `{v['path']}` at commit {v['commit']} ({v['url']}, "
+          f"{v['license']}; local modifications: {'; '.join(m['why'] for m in v['modifications']) or 'none'})"
+          for v in vendored],
+        "",
+    ]
 
 
 def write_directory(cfg: FarmConfig, op: str, target: str, entries: dict[str, dict[str, Any]]) -> None:

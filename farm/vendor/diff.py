@@ -1,0 +1,106 @@
+"""`farm vendor diff`: every vendored file of an upstream against its blob at the pinned commit.
+
+Exit 1 when a vendored file has no upstream counterpart at its pinned commit (or is gone locally),
+with pinned=true when the checkout is not at the pinned commit, and with strict=true when a
+difference is not covered by a recorded modification; 0 otherwise.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import FarmError
+from . import lock
+from .args import as_bool
+from .compare import CLEAN, MISSING, MISSING_LOCAL, RECORDED, UNRECORDED, Comparison, compare
+from .gitsrc import Checkout
+from .project import Project
+
+KEYS = ("from", "upstream", "pinned", "strict")
+USAGE = "usage: farm vendor diff from=<checkout> [upstream=<name>] [pinned=true] [strict=true]"
+
+
+def pick_upstream(data: dict[str, Any], given: str | None) -> str:
+    names = sorted({rec["upstream"] for rec in data["files"].values()})
+    if not names:
+        raise FarmError("nothing is vendored (the lock lists no files)",
+                        "vendor files first: farm vendor add from=<checkout> commit=<sha> upstream=<name> paths=[...]")
+    if given:
+        if given not in names:
+            raise FarmError(f"upstream={given}: nothing is vendored from it (vendored upstreams: {', '.join(names)})",
+                            f"e.g. upstream={names[0]}")
+        return given
+    if len(names) > 1:
+        raise FarmError(f"files are vendored from several upstreams ({', '.join(names)}); which one is from=?",
+                        f"add upstream=<name>, e.g. upstream={names[0]}")
+    return names[0]
+
+
+def _moved(project: Project, checkout: Checkout, head: str, files: dict[str, dict[str, Any]]) -> list[str]:
+    """Where the checkout is not at the pinned commit(s): what changed upstream since, per vendored file."""
+    lines = []
+    for commit in sorted({rec["commit"] for rec in files.values()}):
+        if commit == head:
+            continue
+        lines.append(f"pinned {commit}, checkout at {head}: the checkout is not at the pinned commit")
+        if not checkout.has_commit(commit):
+            continue
+        for rel, rec in sorted(files.items()):
+            if rec["commit"] != commit:
+                continue
+            was, now = checkout.blob(commit, rec["path"]), checkout.blob(head, rec["path"])
+            if now is None and was is not None:
+                lines.append(f"  removed upstream since the pinned commit: {rec['path']} ({project.show(rel)})")
+            elif now != was:
+                lines.append(f"  changed upstream since the pinned commit: {rec['path']} ({project.show(rel)})")
+    return lines
+
+
+def _print_file(project: Project, rel: str, rec: dict[str, Any], result: Comparison) -> None:
+    print(f"{result.status:24} {project.show(rel)}" + (f": {result.detail}" if result.detail else ""))
+    for note in result.notes:
+        print(f"  note: {note}")
+    if result.hunks:
+        print(f"--- upstream/{rec['path']} @ {rec['commit']}")
+        print(f"+++ {project.show(rel)}")
+    for hunk, whys, covered in result.hunks:
+        # After the second @@ a unified diff allows free text: the output still applies with `patch`.
+        mark = "recorded: " if covered else ("UNRECORDED (partly recorded: " if whys else "UNRECORDED")
+        print(f"{hunk.header} {mark}{'; '.join(whys)}" + (")" if whys and not covered else ""))
+        for line in hunk.lines:
+            print(line)
+
+
+def diff(project: Project, opts: dict[str, str]) -> int:
+    pinned, strict = as_bool("pinned", opts.get("pinned")), as_bool("strict", opts.get("strict"))
+    checkout = Checkout(Path(opts["from"]))
+    data = lock.load(project.kernels_dir)
+    name = pick_upstream(data, opts.get("upstream"))
+    files = {rel: rec for rel, rec in data["files"].items() if rec["upstream"] == name}
+    head = checkout.head()
+    print(f"upstream {name}: {len(files)} vendored file(s); checkout {checkout.path} at {head}")
+    moved = _moved(project, checkout, head, files)
+    for line in moved:
+        print(line)
+
+    counts = {CLEAN: 0, RECORDED: 0, UNRECORDED: 0, MISSING: 0, MISSING_LOCAL: 0}
+    for rel, rec in sorted(files.items()):
+        result = compare(project, checkout, rel, rec)
+        counts[result.status] += 1
+        _print_file(project, rel, rec, result)
+    print(f"{len(files)} file(s): " + ", ".join(f"{n} {status}" for status, n in counts.items() if n))
+
+    failures = []
+    if counts[MISSING]:
+        failures.append(f"{counts[MISSING]} vendored file(s) have no upstream counterpart at the pinned commit")
+    if counts[MISSING_LOCAL]:
+        failures.append(f"{counts[MISSING_LOCAL]} vendored file(s) are missing locally")
+    if pinned and moved:
+        failures.append("the checkout is not at the pinned commit (pinned=true)")
+    if strict and counts[UNRECORDED]:
+        failures.append(f"{counts[UNRECORDED]} file(s) have changes no recorded modification covers (strict=true); "
+                        "record intended ones with `farm vendor note path=<file> why=... from=<checkout>`")
+    for failure in failures:
+        print(f"FAIL: {failure}")
+    return 1 if failures else 0
