@@ -1,0 +1,352 @@
+"""farm vendor: add files from a synthetic upstream git repository, diff them, record modifications.
+
+Every test makes its own upstream with `git init` (fixed identity and dates) and its own project copy.
+The last test compiles one row to prove that a vendored module is part of the input digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import copy_project, run_farm, shrink_op, small_copy
+
+MIT = ("MIT License\n\nCopyright (c) 2024 Synth Authors\n\n"
+       "Permission is hereby granted, free of charge, to any person.\n")
+CONSTS = ('# SPDX-License-Identifier: MIT\n"""Constants shared by the synth kernels."""\n\n'
+          "TRACE_M = 4\n\n\ndef scale(x):\n    return x * 2\n")
+UTIL = "def clamp(value, low, high):\n    return max(low, min(high, value))\n"
+URL = "https://example.invalid/synth.git"
+HEADER_BEGIN = "# --- vendored by `farm vendor`: provenance of this file (rewritten by farm vendor, do not edit) ---"
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+           "GIT_AUTHOR_NAME": "Synth", "GIT_AUTHOR_EMAIL": "synth@example.invalid",
+           "GIT_COMMITTER_NAME": "Synth", "GIT_COMMITTER_EMAIL": "synth@example.invalid",
+           "GIT_AUTHOR_DATE": "2024-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2024-01-01T00:00:00Z"}
+    return subprocess.run(["git", "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false", *args], cwd=repo,
+                          env=env, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def commit_files(repo: Path, files: dict[str, str | None], message: str) -> str:
+    """Write (or, for None, delete) files and commit them; the new full commit id."""
+    for rel, text in files.items():
+        path = repo / rel
+        if text is None:
+            git(repo, "rm", "-q", rel)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        git(repo, "add", rel)
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def make_upstream(where: Path, license_text: str | None = MIT, consts: str = CONSTS) -> tuple[Path, str]:
+    repo = where / "synth-upstream"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    git(repo, "remote", "add", "origin", URL)
+    files: dict[str, str | None] = {"helpers/consts.py": consts, "kernels/util.py": UTIL, "docs/notes.txt": "notes\n"}
+    if license_text is not None:
+        files["LICENSE"] = license_text
+    return repo, commit_files(repo, files, "first")
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[Path, Path, str]:
+    project = copy_project(tmp_path / "proj")
+    repo, first = make_upstream(tmp_path)
+    return project, repo, first
+
+
+def vendor(project: Path, *args: str) -> subprocess.CompletedProcess:
+    return run_farm(project, "vendor", *args)
+
+
+def add(project: Path, repo: Path, commit: str, *extra: str, paths: str = "[helpers/consts.py,kernels/util.py]"):
+    return vendor(project, "add", f"from={repo}", f"commit={commit}", "upstream=synth", f"paths={paths}", *extra)
+
+
+def header(commit: str, path: str, mods: list[str] | None = None, license_id: str = "MIT") -> str:
+    return "\n".join([HEADER_BEGIN, "# upstream: synth", f"# repository: {URL}", f"# commit: {commit}",
+                      f"# path: {path}", f"# license: {license_id}", "# Local modifications:",
+                      *[f"# - {m}" for m in (mods or ["none"])], "# --- end of vendored header ---", ""])
+
+
+CONSTS_REL = "kernels_src/vendor/synth/helpers/consts.py"
+UTIL_REL = "kernels_src/vendor/synth/kernels/util.py"
+
+
+def test_add_records_provenance(setup: tuple[Path, Path, str]) -> None:
+    project, repo, first = setup
+    proc = add(project, repo, first[:8])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == (
+        f"added {CONSTS_REL} from synth helpers/consts.py at {first}\n"
+        f"added {UTIL_REL} from synth kernels/util.py at {first}\n"
+        "license: MIT (text from LICENSE)\n"
+        "wrote THIRD_PARTY_LICENSES.md\n"
+        "wrote kernels_src/vendor/SOURCE.md\n"
+        "recorded in kernels_src/VENDOR.lock.json\n")
+    assert (project / CONSTS_REL).read_text() == header(first, "helpers/consts.py") + CONSTS
+    assert (project / UTIL_REL).read_text() == header(first, "kernels/util.py") + UTIL
+
+    lock = json.loads((project / "kernels_src" / "VENDOR.lock.json").read_text())
+    blob = subprocess.run(["git", "show", f"{first}:helpers/consts.py"], cwd=repo, capture_output=True,
+                          check=True).stdout
+    assert lock["files"]["vendor/synth/helpers/consts.py"] == {
+        "upstream": "synth", "commit": first, "path": "helpers/consts.py",
+        "sha256": hashlib.sha256(blob).hexdigest(), "modifications": []}
+    assert lock["upstreams"]["synth"] == {"url": URL, "license": "MIT", "license_file": "vendor/synth/LICENSE",
+                                          "license_source": "LICENSE", "license_commit": first}
+    # Canonical: re-serialising with sorted keys and the farm's indentation gives the same bytes.
+    text = (project / "kernels_src" / "VENDOR.lock.json").read_text()
+    assert text == json.dumps(lock, sort_keys=True, indent=2) + "\n"
+    assert (project / "kernels_src/vendor/synth/LICENSE").read_text() == MIT
+
+    notices = (project / "THIRD_PARTY_LICENSES.md").read_text()
+    assert f"- `{CONSTS_REL}` from `helpers/consts.py` at commit `{first}`" in notices
+    assert "- license: MIT" in notices and f"- repository: {URL}" in notices
+    assert "```text\n" + MIT.rstrip("\n") + "\n```" in notices
+    source_md = (project / "kernels_src/vendor/SOURCE.md").read_text()
+    assert f"| `synth/helpers/consts.py` | synth ({URL}) | `helpers/consts.py` | `{first}` | MIT | none |" in source_md
+
+    proc = vendor(project, "diff", f"from={repo}", "--strict")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == (
+        f"upstream synth: 2 vendored file(s); checkout {repo} at {first}\n"
+        f"clean                    {CONSTS_REL}\n"
+        f"clean                    {UTIL_REL}\n"
+        "2 file(s): 2 clean\n")
+
+
+def test_reformatted_only_is_clean(setup: tuple[Path, Path, str]) -> None:
+    project, repo, first = setup
+    add(project, repo, first)
+    path = project / CONSTS_REL
+    path.write_text(path.read_text().replace("TRACE_M = 4", "TRACE_M=4").replace("return x * 2", "return (x*2)"))
+    proc = vendor(project, "diff", f"from={repo}", "strict=true")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"clean                    {CONSTS_REL}: differs from upstream in formatting only\n" in proc.stdout
+    assert proc.stdout.endswith("2 file(s): 2 clean\n")
+
+
+def test_local_change_flagged_until_recorded(setup: tuple[Path, Path, str]) -> None:
+    project, repo, first = setup
+    add(project, repo, first)
+    path = project / CONSTS_REL
+    path.write_text(path.read_text().replace("TRACE_M = 4", "TRACE_M = 8"))
+
+    hunk = ['@@ -1,7 +1,7 @@{mark}', " # SPDX-License-Identifier: MIT", ' """Constants shared by the synth kernels."""',
+            " ", "-TRACE_M = 4", "+TRACE_M = 8", " ", " ", " def scale(x):"]
+    unrecorded = "\n".join([f"UNRECORDED changes       {CONSTS_REL}",
+                            f"--- upstream/helpers/consts.py @ {first}", f"+++ {CONSTS_REL}", *hunk]) + "\n"
+    proc = vendor(project, "diff", f"from={repo}")
+    assert proc.returncode == 0, proc.stderr
+    assert unrecorded.format(mark=" UNRECORDED") in proc.stdout
+    assert proc.stdout.endswith("2 file(s): 1 clean, 1 UNRECORDED changes\n")
+    proc = vendor(project, "diff", f"from={repo}", "strict=true")
+    assert proc.returncode == 1
+    assert "FAIL: 1 file(s) have changes no recorded modification covers (strict=true)" in proc.stdout
+
+    proc = vendor(project, "note", f"path={CONSTS_REL}", "why=trace with 8 rows", f"from={repo}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"recorded 1 change(s) in {CONSTS_REL} as a local modification: trace with 8 rows\n"
+    assert path.read_text() == header(first, "helpers/consts.py", ["trace with 8 rows"]) + CONSTS.replace("= 4", "= 8")
+    lock = json.loads((project / "kernels_src" / "VENDOR.lock.json").read_text())
+    assert lock["files"]["vendor/synth/helpers/consts.py"]["modifications"] == [
+        {"why": "trace with 8 rows", "changes": [{"removed": ["TRACE_M = 4"], "added": ["TRACE_M = 8"]}]}]
+    assert "| MIT | trace with 8 rows |" in (project / "kernels_src/vendor/SOURCE.md").read_text()
+
+    proc = vendor(project, "diff", f"from={repo}", "strict=true")
+    assert proc.returncode == 0, proc.stdout
+    recorded = unrecorded.replace("UNRECORDED changes      ", "modified (all recorded) ")
+    assert recorded.format(mark=" recorded: trace with 8 rows") in proc.stdout
+    assert proc.stdout.endswith("2 file(s): 1 clean, 1 modified (all recorded)\n")
+
+    proc = vendor(project, "note", f"path={CONSTS_REL}", "why=again", f"from={repo}")
+    assert proc.returncode == 2
+    assert "has no unrecorded changes against upstream; nothing to note" in proc.stderr
+
+    # A further edit is flagged on its own; the recorded one stays recorded.
+    path.write_text(path.read_text().replace("return x * 2", "return x * 3"))
+    proc = vendor(project, "diff", f"from={repo}", "--strict")
+    assert proc.returncode == 1
+    assert "@@ -1,8 +1,8 @@ UNRECORDED (partly recorded: trace with 8 rows)\n" in proc.stdout
+    assert "-    return x * 2\n+    return x * 3\n" in proc.stdout
+
+
+def test_upstream_moved_is_reported(setup: tuple[Path, Path, str]) -> None:
+    project, repo, first = setup
+    add(project, repo, first)
+    second = commit_files(repo, {"helpers/consts.py": CONSTS.replace("x * 2", "x * 3"), "kernels/util.py": None},
+                          "second")
+    expected_head = (
+        f"upstream synth: 2 vendored file(s); checkout {repo} at {second}\n"
+        f"pinned {first}, checkout at {second}: the checkout is not at the pinned commit\n"
+        f"  changed upstream since the pinned commit: helpers/consts.py ({CONSTS_REL})\n"
+        f"  removed upstream since the pinned commit: kernels/util.py ({UTIL_REL})\n"
+        f"clean                    {CONSTS_REL}\n"
+        f"clean                    {UTIL_REL}\n"
+        "2 file(s): 2 clean\n")
+    proc = vendor(project, "diff", f"from={repo}")
+    assert (proc.returncode, proc.stdout) == (0, expected_head), proc.stderr
+    proc = vendor(project, "diff", f"from={repo}", "pinned=true")
+    assert proc.returncode == 1
+    assert proc.stdout == expected_head + "FAIL: the checkout is not at the pinned commit (pinned=true)\n"
+
+    # Moving the pin: a locally modified file is kept unless forced; a clean one is updated.
+    path = project / CONSTS_REL
+    path.write_text(path.read_text() + "EXTRA = 1\n")
+    proc = add(project, repo, second, paths="[helpers/consts.py]")
+    assert proc.returncode == 2
+    assert f"{CONSTS_REL} has local modifications (none recorded); re-adding it would drop them" in proc.stderr
+    assert "EXTRA = 1" in path.read_text()
+    proc = add(project, repo, second, "force=true", paths="[helpers/consts.py]")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"updated {CONSTS_REL}: {first} -> {second} (local modifications dropped)\n")
+    assert path.read_text() == header(second, "helpers/consts.py") + CONSTS.replace("x * 2", "x * 3")
+
+
+def test_missing_upstream_exits_nonzero(setup: tuple[Path, Path, str]) -> None:
+    project, repo, first = setup
+    add(project, repo, first)
+    second = commit_files(repo, {"kernels/util.py": None}, "drop util")
+    lock_path = project / "kernels_src" / "VENDOR.lock.json"
+    lock = json.loads(lock_path.read_text())
+    # The whole pin moved to `second` (say by hand), where util.py no longer exists upstream.
+    for rec in lock["files"].values():
+        rec["commit"] = second
+    lock_path.write_text(json.dumps(lock))
+    proc = vendor(project, "diff", f"from={repo}")
+    assert proc.returncode == 1
+    assert proc.stdout == (
+        f"upstream synth: 2 vendored file(s); checkout {repo} at {second}\n"
+        f"clean                    {CONSTS_REL}\n"
+        f"MISSING upstream         {UTIL_REL}: kernels/util.py does not exist at the pinned commit {second}\n"
+        "2 file(s): 1 clean, 1 MISSING upstream\n"
+        "FAIL: 1 vendored file(s) have no upstream counterpart at the pinned commit\n")
+
+    # A checkout that does not have the pinned commit at all.
+    lock["files"]["vendor/synth/kernels/util.py"]["commit"] = "0" * 40
+    lock_path.write_text(json.dumps(lock))
+    proc = vendor(project, "diff", f"from={repo}")
+    assert proc.returncode == 1
+    assert f"MISSING upstream         {UTIL_REL}: the pinned commit {'0' * 40} is not in {repo}" in proc.stdout
+
+
+def test_into_family_dir_with_given_license(tmp_path: Path) -> None:
+    project = copy_project(tmp_path / "proj")
+    untagged = CONSTS.replace("# SPDX-License-Identifier: MIT\n", "")
+    repo, first = make_upstream(tmp_path, license_text=None, consts=untagged)
+    family_md = (project / "kernels_src/rmsnorm/SOURCE.md").read_text()
+    proc = add(project, repo, first, paths="[helpers/consts.py]")
+    assert proc.returncode == 2
+    assert "cannot tell the upstream's license" in proc.stderr and "license=<SPDX id>" in proc.stderr
+    assert not (project / "kernels_src" / "VENDOR.lock.json").exists()
+    assert not (project / "kernels_src" / "vendor").exists()
+
+    proc = add(project, repo, first, "into=rmsnorm", "license=Apache-2.0", f"url={URL}-mirror",
+               paths="[helpers/consts.py]")
+    assert proc.returncode == 0, proc.stderr
+    assert "license: Apache-2.0 (no license file)\n" in proc.stdout
+    text = (project / "kernels_src/rmsnorm/consts.py").read_text()
+    assert "# license: Apache-2.0\n" in text and f"# repository: {URL}-mirror\n" in text
+    now = (project / "kernels_src/rmsnorm/SOURCE.md").read_text()
+    assert now.startswith(family_md.rstrip("\n") + "\n\n<!-- farm vendor: begin generated section")
+    assert f"| `consts.py` | synth ({URL}-mirror) | `helpers/consts.py` | `{first}` | Apache-2.0 | none |" in now
+    assert "ships no license file at commit" in (project / "THIRD_PARTY_LICENSES.md").read_text()
+    # Adding again at the same commit changes nothing and keeps one generated section.
+    proc = add(project, repo, first, "into=rmsnorm", "license=Apache-2.0", f"url={URL}-mirror",
+               paths="[helpers/consts.py]")
+    assert proc.stdout.startswith("unchanged kernels_src/rmsnorm/consts.py (already at")
+    assert (project / "kernels_src/rmsnorm/SOURCE.md").read_text() == now
+
+
+@pytest.mark.parametrize("args, message", [
+    ((), "no sub-verb; accepted: add, diff, note"),
+    (("update",), "unknown sub-verb 'update'; accepted: add, diff, note"),
+    (("add", "from={repo}", "comit=HEAD", "upstream=synth", "paths=[a.py]"),
+     "add: unknown key 'comit'; did you mean 'commit'? (accepted: from, commit, upstream, paths, into, url, "
+     "license, license_file, force)"),
+    (("diff", "from={repo}", "--strikt"), "diff: unknown flag --strikt (accepted: --strict, --pinned)"),
+    (("add", "from={repo}", "upstream=synth", "paths=[a.py]"), "add: missing commit="),
+    (("add", "from={tmp}", "commit=HEAD", "upstream=synth", "paths=[helpers/consts.py]"), "not a git checkout"),
+    (("add", "from={repo}", "commit=feedface", "upstream=synth", "paths=[helpers/consts.py]"),
+     "commit=feedface: no such commit in"),
+    (("add", "from={repo}", "commit=HEAD", "upstream=synth", "paths=[helpers/nope.py]"),
+     "paths: helpers/nope.py is not a file in"),
+    (("add", "from={repo}", "commit=HEAD", "upstream=synth", "paths=[docs/notes.txt]"),
+     "paths: docs/notes.txt is not a Python file"),
+    (("add", "from={repo}", "commit=HEAD", "upstream=synth", "paths=[../x.py]"), "not a relative path inside"),
+    (("add", "from={repo}", "commit=HEAD", "upstream=Synth!", "paths=[helpers/consts.py]"), "not a simple name"),
+    (("add", "from={repo}", "commit=HEAD", "upstream=synth", "paths=[helpers/consts.py]", "into=rmsnorm",
+      "force=maybe"), "force=maybe: not a boolean"),
+    (("diff", "from={repo}"), "nothing is vendored"),
+])
+def test_bad_input_is_one_clear_error(setup: tuple[Path, Path, str], args: tuple[str, ...], message: str) -> None:
+    project, repo, _ = setup
+    proc = vendor(project, *(a.format(repo=repo, tmp=project.parent) for a in args))
+    assert proc.returncode == 2, proc.stdout
+    assert proc.stderr.startswith("farm vendor: error: ") and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (project / "kernels_src" / "VENDOR.lock.json").exists()
+
+
+def test_refuses_to_overwrite_a_project_file(setup: tuple[Path, Path, str]) -> None:
+    project, repo, _ = setup
+    commit = commit_files(repo, {"lib/spec.py": "X = 1\n"}, "spec")
+    before = (project / "kernels_src/rmsnorm/spec.py").read_bytes()
+    proc = add(project, repo, commit, "into=rmsnorm", paths="[helpers/consts.py,lib/spec.py]")
+    assert proc.returncode == 2
+    assert "kernels_src/rmsnorm/spec.py exists and is not a vendored file" in proc.stderr
+    assert (project / "kernels_src/rmsnorm/spec.py").read_bytes() == before
+    assert not (project / "kernels_src/rmsnorm/consts.py").exists()
+    assert not (project / "kernels_src" / "VENDOR.lock.json").exists()
+
+
+TINY_RMSNORM = """groups:
+  - name: generic
+    name_format: 'rmsnorm_{dtype}_{phase}_generic'
+    axes:
+      dtype: [bf16]
+      phase: [infer]
+      n: [0]
+"""
+
+
+def test_vendored_source_is_digested_and_named_in_output_source_md(tmp_path: Path) -> None:
+    """A kernel imports a vendored module: the compile records it, an edit to it rebuilds the row,
+    and the output directory's SOURCE.md names the upstream and commit (one row, one target)."""
+    project = small_copy(tmp_path / "proj")
+    shrink_op(project, "rmsnorm", TINY_RMSNORM)
+    run_farm(project, "expand", check=True)
+    repo, first = make_upstream(tmp_path)
+    add(project, repo, first, "into=rmsnorm", paths="[helpers/consts.py]").check_returncode()
+    kernel = project / "kernels_src/rmsnorm/rmsnorm_fwd.py"
+    kernel.write_text(kernel.read_text().replace("_TRACE_M = 4\n", "from rmsnorm.consts import TRACE_M as _TRACE_M\n",
+                                                 1))
+
+    run_farm(project, "build", "targets=[gfx942]", check=True)
+    out = project / "outputs/rmsnorm/gfx942"
+    manifest = json.loads((out / "manifest.json").read_text())
+    (entry,) = manifest["objects"]
+    assert "rmsnorm/consts.py" in entry["inputs"]["sources"]
+    source_md = (out / "SOURCE.md").read_text()
+    assert "## Vendored sources (kernels_src/VENDOR.lock.json)\n" in source_md
+    assert (f"- `kernels_src/rmsnorm/consts.py`: synth `helpers/consts.py` at commit {first} ({URL}, MIT; "
+            "local modifications: none)\n") in source_md
+    proc = run_farm(project, "check", "targets=[gfx942]")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    vendored = project / "kernels_src/rmsnorm/consts.py"
+    vendored.write_text(vendored.read_text() + "# a local comment\n")
+    proc = run_farm(project, "plan", "targets=[gfx942]", check=True)
+    assert "source kernels_src/rmsnorm/consts.py changed" in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "rows=1 up_to_date=0 to_build=1"
