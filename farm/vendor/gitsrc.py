@@ -8,9 +8,10 @@ locale) cannot change what we read, and there is no porcelain output to parse.
 from __future__ import annotations
 
 import re
+import stat
 from pathlib import Path, PurePosixPath
 
-from dulwich.errors import NotGitRepository
+from dulwich.errors import NotGitRepository, NotTreeError
 from dulwich.object_store import tree_lookup_path
 from dulwich.objects import Blob, Commit, Tree
 from dulwich.objectspec import parse_commit
@@ -18,7 +19,7 @@ from dulwich.repo import Repo
 
 from ..errors import FarmError
 
-HEX = re.compile(r"^[0-9a-f]{4,40}$")
+FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 
 
 class Checkout:
@@ -45,13 +46,19 @@ class Checkout:
         return found.id.decode("ascii")
 
     def has_commit(self, sha: str) -> bool:
+        if not FULL_SHA.match(sha):
+            return False
         try:
             return isinstance(self.repo[sha.encode("ascii")], Commit)
         except KeyError:
             return False
 
     def head(self) -> str:
-        return self.repo.head().decode("ascii")
+        try:
+            return self.repo.head().decode("ascii")
+        except KeyError:
+            raise FarmError(f"{self.path}: the checkout has no commits (HEAD names nothing)",
+                            "point from= at a clone of the upstream with its history") from None
 
     def _tree(self, sha: str) -> bytes:
         commit = self.repo[sha.encode("ascii")]
@@ -59,13 +66,14 @@ class Checkout:
         return commit.tree
 
     def blob(self, sha: str, path: str) -> bytes | None:
-        """The bytes of `path` at commit `sha`, None when the commit has no such file."""
+        """The bytes of regular file `path` at commit `sha`; None when the commit has none there
+        (no such path, a directory, a symlink or a submodule)."""
         try:
-            _mode, oid = tree_lookup_path(self.repo.__getitem__, self._tree(sha), path.encode("utf-8"))
-        except (KeyError, NotADirectoryError):
+            mode, oid = tree_lookup_path(self.repo.__getitem__, self._tree(sha), path.encode("utf-8"))
+            obj = self.repo[oid]
+        except (KeyError, NotADirectoryError, NotTreeError):
             return None
-        obj = self.repo[oid]
-        return obj.data if isinstance(obj, Blob) else None
+        return obj.data if isinstance(obj, Blob) and stat.S_ISREG(mode) else None
 
     def root_files(self, sha: str) -> list[str]:
         """Names of the files at the top of the tree at commit `sha`."""
