@@ -146,7 +146,8 @@ def test_local_change_flagged_until_recorded(setup: tuple[Path, Path, str]) -> N
     hunk = ['@@ -1,7 +1,7 @@{mark}', " # SPDX-License-Identifier: MIT", ' """Constants shared by the synth kernels."""',
             " ", "-TRACE_M = 4", "+TRACE_M = 8", " ", " ", " def scale(x):"]
     unrecorded = "\n".join([f"UNRECORDED changes       {CONSTS_REL}",
-                            f"--- upstream/helpers/consts.py @ {first}", f"+++ {CONSTS_REL}", *hunk]) + "\n"
+                            f"--- upstream/helpers/consts.py @ {first} (ruff format)",
+                            f"+++ {CONSTS_REL} (header stripped, ruff format)", *hunk]) + "\n"
     proc = vendor(project, "diff", f"from={repo}")
     assert proc.returncode == 0, proc.stderr
     assert unrecorded.format(mark=" UNRECORDED") in proc.stdout

@@ -56,16 +56,19 @@ def compare(project: Project, checkout: Checkout, rel: str, rec: dict[str, Any])
     except UnicodeDecodeError as exc:
         raise FarmError(f"{project.show(rel)} or its upstream {path}: not UTF-8 text ({exc})",
                         "vendored files must be UTF-8 Python sources") from None
-    if local_text == upstream_text:
-        return Comparison(CLEAN)
-    old, old_err = normalise(upstream_text)
-    new, new_err = normalise(local_text)
     result = Comparison(CLEAN)
-    result.notes += [f"upstream side compared unformatted ({old_err})"] if old_err else []
-    result.notes += [f"local side compared unformatted ({new_err})"] if new_err else []
     known = recorded(rec)
     seen: set[Change] = set()
-    for hunk in hunks(old, new):
+    found: list[Hunk] = []
+    if local_text != upstream_text:  # byte-identical needs no formatter
+        old, old_err = normalise(upstream_text)
+        new, new_err = normalise(local_text)
+        result.notes += [f"upstream side compared unformatted ({old_err})"] if old_err else []
+        result.notes += [f"local side compared unformatted ({new_err})"] if new_err else []
+        found = hunks(old, new)
+        if not found:
+            result.detail = "differs from upstream in formatting only"
+    for hunk in found:
         whys: list[str] = []
         for change in hunk.changes:
             seen.add(change)
@@ -74,12 +77,8 @@ def compare(project: Project, checkout: Checkout, rel: str, rec: dict[str, Any])
             else:
                 result.uncovered.append(change)
         result.hunks.append((hunk, whys, all(change in known for change in hunk.changes)))
-    if not result.hunks:
-        result.detail = "differs from upstream in formatting only"
-    elif result.uncovered:
-        result.status = UNRECORDED
-    else:
-        result.status = RECORDED
+    if result.hunks:
+        result.status = UNRECORDED if result.uncovered else RECORDED
     for mod in rec.get("modifications", []):
         if not any(Change.from_json(c) in seen for c in mod.get("changes", [])):
             result.notes.append(f"recorded modification no longer present: {mod['why']}")

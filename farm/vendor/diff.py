@@ -61,13 +61,17 @@ def _print_file(project: Project, rel: str, rec: dict[str, Any], result: Compari
     print(f"{result.status:24} {project.show(rel)}" + (f": {result.detail}" if result.detail else ""))
     for note in result.notes:
         print(f"  note: {note}")
-    if result.hunks:
-        print(f"--- upstream/{rec['path']} @ {rec['commit']}")
-        print(f"+++ {project.show(rel)}")
+    if result.hunks:  # line numbers are those of the formatted texts, not of the files
+        print(f"--- upstream/{rec['path']} @ {rec['commit']} (ruff format)")
+        print(f"+++ {project.show(rel)} (header stripped, ruff format)")
     for hunk, whys, covered in result.hunks:
-        # After the second @@ a unified diff allows free text: the output still applies with `patch`.
-        mark = "recorded: " if covered else ("UNRECORDED (partly recorded: " if whys else "UNRECORDED")
-        print(f"{hunk.header} {mark}{'; '.join(whys)}" + (")" if whys and not covered else ""))
+        if covered:
+            mark = f"recorded: {'; '.join(whys)}"
+        elif whys:
+            mark = f"UNRECORDED (partly recorded: {'; '.join(whys)})"
+        else:
+            mark = "UNRECORDED"
+        print(f"{hunk.header} {mark}")
         for line in hunk.lines:
             print(line)
 
