@@ -351,3 +351,33 @@ def test_vendored_source_is_digested_and_named_in_output_source_md(tmp_path: Pat
     proc = run_farm(project, "plan", "targets=[gfx942]", check=True)
     assert "source kernels_src/rmsnorm/consts.py changed" in proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == "rows=1 up_to_date=0 to_build=1"
+
+
+def test_several_upstreams_and_a_reverted_modification(setup: tuple[Path, Path, str], tmp_path: Path) -> None:
+    project, repo, first = setup
+    add(project, repo, first, paths="[helpers/consts.py]")
+    other = tmp_path / "other"
+    other.mkdir()
+    git(other, "init", "-q")
+    other_commit = commit_files(other, {"LICENSE": MIT, "k.py": "K = 1\n"}, "other")
+    proc = vendor(project, "add", f"from={other}", f"commit={other_commit}", "upstream=other", "paths=[k.py]")
+    assert proc.returncode == 0, proc.stderr
+    assert "# repository: " + str(other) + "\n" in (project / "kernels_src/vendor/other/k.py").read_text()
+
+    proc = vendor(project, "diff", f"from={repo}")
+    assert proc.returncode == 2
+    assert "files are vendored from several upstreams (other, synth); which one is from=?" in proc.stderr
+    proc = vendor(project, "diff", f"from={other}", "upstream=other")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.endswith("clean                    kernels_src/vendor/other/k.py\n1 file(s): 1 clean\n")
+
+    path = project / CONSTS_REL
+    original = path.read_text()
+    path.write_text(original.replace("TRACE_M = 4", "TRACE_M = 8"))
+    vendor(project, "note", f"path={CONSTS_REL}", "why=eight", f"from={repo}").check_returncode()
+    path.write_text(path.read_text().replace("TRACE_M = 8", "TRACE_M = 4"))
+    proc = vendor(project, "diff", f"from={repo}", "upstream=synth", "--strict")
+    assert proc.returncode == 0, proc.stdout
+    gone = "  note: recorded modification no longer present: eight\n"
+    assert f"clean                    {CONSTS_REL}\n{gone}" in proc.stdout
+    assert "vendor add|diff|note" in run_farm(project, "--help").stdout
