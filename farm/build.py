@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import manifest
+from . import disasm, manifest
 from .atomic import remove_stale_temporaries, write_bytes_atomic, write_text_atomic
 from .canonical import canonical_json, sha256_bytes
 from .config import FarmConfig
@@ -19,16 +19,21 @@ from .elfinfo import NotACodeObject, read_code_object
 from .plan import Decision
 from .rows import Row
 from .sources import collect
-from .toolchain import differences
+from .toolchain import compile_part, differences
+from .trace import chrome_trace
 from .verify import describe, problems
 
 STDERR_TAIL_LINES = 40
+# Per row in the build report: timings, where it ran, its peak memory, what the compiler said.
+REPORT_FIELDS = ("key", "ok", "seconds", "warmup_seconds", "compile_seconds", "started_unix", "finished_unix",
+                 "node", "worker", "pid", "max_rss_mib", "warnings", "error", "stderr")
 
 
 def _request(cfg: FarmConfig, row: Row) -> dict[str, Any]:
     op = cfg.ops[row.op]
     return {"key": row.key, "generator": op.generator, "knobs": row.knobs,
-            "target": cfg.targets[row.target].as_dict(), "linker": cfg.toolchain_pin.get("linker")}
+            "target": cfg.targets[row.target].as_dict(), "linker": cfg.toolchain_pin.get("linker"),
+            "pin": compile_part(cfg.toolchain_pin)}
 
 
 class DirectoryWriter:
@@ -75,7 +80,7 @@ def accept(cfg: FarmConfig, row: Row, result: dict[str, Any], generator: str) ->
     """Check a worker's result; returns (manifest entry, None) or (None, reason it is refused)."""
     if not result.get("ok"):
         return None, result.get("error") or "compile failed"
-    diff = differences(cfg.toolchain_pin, result.get("toolchain") or {})
+    diff = differences(compile_part(cfg.toolchain_pin), result.get("toolchain") or {})
     if diff:
         return None, f"worker on node {result.get('node')} has a different toolchain: {'; '.join(diff)}"
     if result.get("generator") != generator:
@@ -85,11 +90,16 @@ def accept(cfg: FarmConfig, row: Row, result: dict[str, Any], generator: str) ->
         co = read_code_object(elf)
     except NotACodeObject as exc:
         return None, f"object is not a code object: {exc}"
-    found = problems(co, row, cfg.ops[row.op], cfg.targets[row.target])
+    try:
+        functions = disasm.count_bytes(cfg.toolchain_pin.get("disassembler"), row.target, elf)
+    except ValueError as exc:
+        return None, f"object cannot be disassembled: {exc}"
+    found = problems(co, row, cfg.ops[row.op], cfg.targets[row.target], functions)
     if found:
         return None, "verification failed: " + "; ".join(found)
     inputs = inputs_of(cfg, row, result["sources"], generator)
-    entry = manifest.object_entry(row.to_json(), row.file_name, sha256_bytes(elf), len(elf), inputs, describe(co))
+    entry = manifest.object_entry(row.to_json(), row.file_name, sha256_bytes(elf), len(elf), inputs,
+                                  describe(co, functions))
     return entry, None
 
 
@@ -134,9 +144,8 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row], log: 
                 else:
                     failures.append((row, refused or "", result.get("stderr") or ""))
                     bar.write(f"FAILED {row.key}: {refused}")
-                report["rows"].append({k: result.get(k) for k in ("key", "ok", "seconds", "node", "pid", "error")}
-                                      | {"written": entry is not None, "refused": refused,
-                                         "stderr": result.get("stderr", "")})
+                report["rows"].append({k: result.get(k) for k in REPORT_FIELDS}
+                                      | {"written": entry is not None, "refused": refused})
                 bar.update(1)
             bar.close()
     elapsed = time.monotonic() - started
@@ -177,5 +186,8 @@ def _write_report(cfg: FarmConfig, report: dict[str, Any]) -> Path:
     text = canonical_json(report)
     write_text_atomic(path, text)
     write_text_atomic(cfg.report_dir / "latest-build.json", text)
+    trace = canonical_json(chrome_trace(report["rows"]))
+    write_text_atomic(cfg.report_dir / f"build-{stamp}.trace.json", trace)
+    write_text_atomic(cfg.report_dir / "latest-build.trace.json", trace)
     return path
 

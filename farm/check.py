@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import manifest
+from . import disasm, manifest
 from .canonical import canonical_json, digest_of, sha256_bytes
 from .config import FarmConfig
 from .digest import changed_inputs, generator_digest, inputs_of, source_hashes
 from .elfinfo import NotACodeObject, read_code_object
 from .rows import Row
-from .toolchain import differences
+from .toolchain import differences, require_pin
 from .verify import describe, problems
 
 DERIVED_FIELDS = ("code_object", "kernels")
@@ -20,6 +20,9 @@ def check(cfg: FarmConfig, rows: list[Row], all_rows: list[Row]) -> list[str]:
     """Problems found, one line each, each naming a file; empty means no drift."""
     found: list[str] = []
     generator = generator_digest()
+    # Instruction classes are recomputed, so the disassembler must be the pinned one.
+    pinned = cfg.toolchain_pin.get("disassembler") or {}
+    require_pin({"disassembler": pinned}, {"disassembler": disasm.installed(pinned)})
     by_dir: dict[tuple[str, str], list[Row]] = {}
     for row in rows:
         by_dir.setdefault((row.op, row.target), []).append(row)
@@ -49,8 +52,11 @@ def _check_directory(cfg: FarmConfig, op: str, target: str, rows: list[Row],
         if data.get(key) != expected:
             detail = "; ".join(differences(expected, data.get(key) or {})) if key == "toolchain" else ""
             found.append(f"{mpath}: '{key}' block differs from the config{': ' + detail if detail else ''}")
+    paths = [where / row.file_name for row in rows if (where / row.file_name).is_file()]
+    disassembled = disasm.count_files(cfg.toolchain_pin.get("disassembler"), target, paths)
     for row in rows:
-        found += _check_object(cfg, row, entries.get(row.file_name), where / row.file_name, mpath, generator)
+        path = where / row.file_name
+        found += _check_object(cfg, row, entries.get(row.file_name), path, mpath, generator, disassembled.get(path))
     for file in sorted(entries):
         if (op, target, file) not in known:
             found.append(f"{where / file}: manifest entry for an object no row in instances/ makes")
@@ -64,7 +70,7 @@ def _check_directory(cfg: FarmConfig, op: str, target: str, rows: list[Row],
 
 
 def _check_object(cfg: FarmConfig, row: Row, entry: dict | None, path: Path, mpath: Path,
-                  generator: str) -> list[str]:
+                  generator: str, functions: dict[str, dict[str, int]] | None) -> list[str]:
     if entry is None:
         return [f"{path}: row {row.key} has no entry in {mpath}"]
     if not path.is_file():
@@ -77,8 +83,10 @@ def _check_object(cfg: FarmConfig, row: Row, entry: dict | None, path: Path, mpa
         co = read_code_object(data)
     except NotACodeObject as exc:
         return found + [f"{path}: {exc}"]
-    found += [f"{path}: {p}" for p in problems(co, row, cfg.ops[row.op], cfg.targets[row.target])]
-    described = describe(co)
+    if functions is None:
+        return found + [f"{path}: the pinned disassembler could not read it"]
+    found += [f"{path}: {p}" for p in problems(co, row, cfg.ops[row.op], cfg.targets[row.target], functions)]
+    described = describe(co, functions)
     for key in DERIVED_FIELDS:
         if entry.get(key) != described[key]:
             found.append(f"{path}: manifest '{key}' does not match the object (manifest edited or object replaced)")

@@ -86,7 +86,8 @@ def cmd_build(flags: set[str], overrides: list[str]) -> int:
     decisions = decide(cfg, rows)
     print(summary_line(decisions), file=sys.stderr)
     if any(d.builds for d in decisions):
-        require_pin(cfg.toolchain_pin, installed(cfg.root / ".farm" / "cache", cfg.toolchain_pin.get("linker")))
+        pin = cfg.toolchain_pin
+        require_pin(pin, installed(cfg.root / ".farm" / "cache", pin.get("linker"), pin.get("disassembler") or {}))
     failed = build(cfg, decisions, every)
     return 1 if failed else 0
 
@@ -115,10 +116,11 @@ def cmd_audit(flags: set[str], overrides: list[str]) -> int:
 
 def cmd_pin(flags: set[str], overrides: list[str]) -> int:
     from .atomic import write_text_atomic
-    from .toolchain import differences, installed, pin_text
+    from .toolchain import DEFAULT_DISASSEMBLER, differences, installed, pin_text
 
     cfg = _load(overrides)
-    found = installed(cfg.root / ".farm" / "cache", cfg.toolchain_pin.get("linker"))
+    pin = cfg.toolchain_pin
+    found = installed(cfg.root / ".farm" / "cache", pin.get("linker"), pin.get("disassembler") or DEFAULT_DISASSEMBLER)
     diff = differences(cfg.toolchain_pin, found)
     if not diff:
         print("the pin already matches the installed toolchain")

@@ -72,11 +72,12 @@ class Op:
     targets: tuple[str, ...]
     groups: tuple[Group, ...]
     tuning: tuple[Tuning, ...] = ()
+    require_instructions: tuple[str, ...] = ()  # instruction classes (farm.disasm) every object must contain
 
     def compile_identity(self) -> dict[str, Any]:
-        """The op-level fields that influence an object's bytes (part of every input digest)."""
+        """The op-level fields that decide an object's bytes or its acceptance (part of every input digest)."""
         return {"name": self.name, "family": self.family, "generator": self.generator,
-                "symbols": list(self.symbols)}
+                "symbols": list(self.symbols), "require_instructions": list(self.require_instructions)}
 
 
 @dataclass(frozen=True)
@@ -273,9 +274,18 @@ def _allow(where: str, spec: Any, base: dict[str, bool]) -> dict[str, bool]:
     return allow
 
 
+_OP_KEYS = ("name", "family", "generator", "spec", "symbols", "targets", "groups", "allow", "name_format",
+            "tuning", "require_instructions")
+
+
 def _op(name: str, spec: dict[str, Any], targets: dict[str, Target]) -> Op:
     where = f"conf/op/{name}.yaml"
     _require(where, spec, ["name", "family", "generator", "spec", "symbols", "targets", "groups"])
+    for key in spec:
+        if key not in _OP_KEYS:
+            near = difflib.get_close_matches(str(key), _OP_KEYS, n=1)
+            raise FarmError(f"{where}: unknown key {key!r}" + (f" (did you mean {near[0]!r}?)" if near else ""),
+                            f"an op file takes {', '.join(_OP_KEYS)}")
     if spec["name"] != name:
         raise FarmError(f"{where} says name: {spec['name']!r}", f"make it {name!r}")
     unknown = [t for t in spec["targets"] if t not in targets]
@@ -319,4 +329,21 @@ def _op(name: str, spec: dict[str, Any], targets: dict[str, Target]) -> Op:
                              set=dict(t["set"])))
     return Op(name=name, family=str(spec["family"]), generator=str(spec["generator"]),
               spec=str(spec["spec"]), symbols=tuple(spec["symbols"]), targets=tuple(spec["targets"]),
-              groups=tuple(groups), tuning=tuple(tuning))
+              groups=tuple(groups), tuning=tuple(tuning),
+              require_instructions=_instruction_classes(where, spec.get("require_instructions")))
+
+
+def _instruction_classes(where: str, value: Any) -> tuple[str, ...]:
+    from .disasm import CLASS_NAMES
+
+    value = value or []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise FarmError(f"{where}: require_instructions must be a list of class names, got {value!r}",
+                        f"e.g. require_instructions: [mfma]; classes: {', '.join(CLASS_NAMES)}")
+    unknown = [v for v in value if v not in CLASS_NAMES]
+    if unknown:
+        hint = difflib.get_close_matches(unknown[0], CLASS_NAMES, n=1)
+        raise FarmError(f"{where}: unknown instruction class {unknown[0]!r} in require_instructions"
+                        + (f" (did you mean {hint[0]!r}?)" if hint else ""),
+                        f"accepted classes: {', '.join(CLASS_NAMES)}")
+    return tuple(value)

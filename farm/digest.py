@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,22 @@ GENERATOR_FILES = (
 )
 
 
-def generator_digest() -> str:
+# The farm code that decides what the manifest says about those bytes, and whether they are accepted.
+VERIFIER_FILES = ("verify.py", "elfinfo.py", "disasm.py")
+
+
+def _files_digest(names: tuple[str, ...]) -> str:
     base = Path(__file__).resolve().parent
-    return digest_of({name: sha256_file(base / name) for name in GENERATOR_FILES})
+    return digest_of({name: sha256_file(base / name) for name in names})
+
+
+def generator_digest() -> str:
+    return _files_digest(GENERATOR_FILES)
+
+
+@cache
+def verifier_digest() -> str:
+    return _files_digest(VERIFIER_FILES)
 
 
 def source_hashes(kernels_dir: Path, rels: list[str] | dict[str, Any]) -> dict[str, str | None]:
@@ -37,6 +51,7 @@ def inputs_of(cfg: FarmConfig, row: Row, sources: dict[str, Any], generator: str
         "op": digest_of(cfg.ops[row.op].compile_identity()),
         "target": digest_of(cfg.targets[row.target].as_dict()),
         "generator": generator,
+        "verifier": verifier_digest(),
         "sources": dict(sorted(sources.items())),
         "toolchain": digest_of(cfg.toolchain_pin),
     }
@@ -50,7 +65,8 @@ def changed_inputs(recorded: dict[str, Any], current: dict[str, Any]) -> list[st
         if was != now:
             reasons.append(f"source kernels_src/{rel} {'removed' if now is None else 'changed'}")
     labels = {"knobs": "row knobs", "allow": "resource rules", "op": "op config", "target": "target config",
-              "generator": "farm generator code", "toolchain": "toolchain pin"}
+              "generator": "farm generator code", "verifier": "farm verification code",
+              "toolchain": "toolchain pin"}
     for key, label in labels.items():
         if recorded.get(key) != current.get(key):
             reasons.append(f"{label} changed")

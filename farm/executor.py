@@ -18,11 +18,19 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 def _compile_task(request: dict[str, Any], sources: dict[str, bytes], timeout_s: float,
                   warm: bool) -> dict[str, Any]:
     """Body of one Ray task: an isolated compile on whichever node Ray picked."""
+    import socket
+
+    import ray
+
     from farm.compile.isolate import compile_isolated
     from farm.digest import generator_digest
 
-    result = compile_isolated(request, sources, timeout_s, warm=warm)
+    context = ray.get_runtime_context()
+    # Nodes of one test cluster share a host name, so the node id keeps them apart.
+    node = f"{socket.gethostname()}/{ray.util.get_node_ip_address()}/{context.get_node_id()[:8]}"
+    result = compile_isolated(request, sources, timeout_s, warm=warm, node=node)
     result["generator"] = generator_digest()
+    result["worker"] = f"{node} pid {result['pid']}"
     return result
 
 

@@ -16,7 +16,7 @@ from .config import FarmConfig
 from .errors import FarmError
 from .vendor.lock import vendored_sources
 
-SCHEMA = 1
+SCHEMA = 2  # 2: instruction classes per object and per kernel
 
 
 def directory(cfg: FarmConfig, op: str, target: str) -> Path:

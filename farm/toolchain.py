@@ -21,6 +21,14 @@ from .canonical import sha256_file
 from .errors import FarmError
 
 LINKER_PACKAGE = "ziglang"
+# What a compile worker's bytes depend on; the pin's `disassembler` only verifies, on the driver.
+COMPILE_KEYS = ("flydsl", "python", "linker")
+DEFAULT_DISASSEMBLER = {"path": "/usr/bin/llvm-objdump-22"}
+
+
+def compile_part(pin: dict[str, Any]) -> dict[str, Any]:
+    """The part of a pin a compile worker must match."""
+    return {k: v for k, v in pin.items() if k in COMPILE_KEYS}
 
 
 def linker_binary(linker: dict[str, Any] | None = None) -> Path:
@@ -90,9 +98,11 @@ def _cached_sha256(path: Path, cache_file: Path | None) -> str:
     return digest
 
 
-def installed(cache_dir: Path | None = None, linker: dict[str, Any] | None = None) -> dict[str, Any]:
+def installed(cache_dir: Path | None = None, linker: dict[str, Any] | None = None,
+              disassembler: dict[str, Any] | None = None) -> dict[str, Any]:
     """The toolchain of this process's environment, in the shape of the pin, for the pin's kind of
-    linker (`linker`: the pin's linker entry; None means the ziglang package)."""
+    linker (`linker`: the pin's linker entry; None means the ziglang package) and, when given, the
+    pin's disassembler entry (the driver verifies with it; workers only compile)."""
     binary = linker_binary(linker)
     found: dict[str, Any] = {
         "version": _linker_version(linker_command(linker)),
@@ -102,11 +112,16 @@ def installed(cache_dir: Path | None = None, linker: dict[str, Any] | None = Non
         found["path"] = str(linker["path"])
     else:
         found["package"] = f"{LINKER_PACKAGE}=={_dist_version(LINKER_PACKAGE)}"
-    return {
+    toolchain = {
         "flydsl": _dist_version("flydsl"),
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
         "linker": found,
     }
+    if disassembler is not None:
+        from .disasm import installed as disassembler_installed
+
+        toolchain["disassembler"] = disassembler_installed(disassembler)
+    return toolchain
 
 
 def differences(pin: dict[str, Any], found: dict[str, Any], prefix: str = "") -> list[str]:
@@ -157,4 +172,12 @@ def pin_text(found: dict[str, Any]) -> str:
         f"{where}"
         f"  version: {link['version']}\n"
         f"  sha256: {link['sha256']}\n"
+        + _disassembler_text(found.get("disassembler"))
     )
+
+
+def _disassembler_text(entry: dict[str, Any] | None) -> str:
+    if not entry:
+        return ""
+    return ("# Verification only (instruction classes in the manifest); it never touches an object's bytes.\n"
+            f"disassembler:\n  path: {entry['path']}\n  version: {entry['version']}\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .config import Op, Target
+from .disasm import CLASS_NAMES, EXAMPLES
 from .elfinfo import ELFOSABI_AMDGPU_HSA, EM_AMDGPU, CodeObject
 from .rows import Row
 
@@ -16,7 +17,12 @@ def target_processor(amdhsa_target: str) -> str:
     return parts[4].split(":")[0] if len(parts) == 5 else ""
 
 
-def _kernel_record(kernel: dict[str, Any]) -> dict[str, Any]:
+def object_totals(functions: dict[str, dict[str, int]]) -> dict[str, int]:
+    """Instruction classes summed over every function in the object."""
+    return {name: sum(counts.get(name, 0) for counts in functions.values()) for name in CLASS_NAMES}
+
+
+def _kernel_record(kernel: dict[str, Any], functions: dict[str, dict[str, int]]) -> dict[str, Any]:
     args = [{k.lstrip("."): v for k, v in sorted(arg.items())} for arg in kernel.get(".args", [])]
     return {
         "name": kernel.get(".name"),
@@ -34,11 +40,13 @@ def _kernel_record(kernel: dict[str, Any]) -> dict[str, Any]:
         "vgpr_spill_count": kernel.get(".vgpr_spill_count"),
         "wavefront_size": kernel.get(".wavefront_size"),
         "max_flat_workgroup_size": kernel.get(".max_flat_workgroup_size"),
+        "instructions": functions.get(str(kernel.get(".name"))),
     }
 
 
-def describe(co: CodeObject) -> dict[str, Any]:
-    """What the manifest records about an object, derived only from its bytes."""
+def describe(co: CodeObject, functions: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """What the manifest records about an object, derived only from its bytes (`functions`: the
+    instruction classes of each function in its disassembly, from disasm)."""
     return {
         "code_object": {
             "amdhsa_target": co.amdhsa_target,
@@ -47,14 +55,20 @@ def describe(co: CodeObject) -> dict[str, Any]:
             "generic_version": co.generic_version,
             "elf_abi_version": co.abi_version,
             "linker": co.comment,
+            "instructions": object_totals(functions),
         },
-        "kernels": sorted((_kernel_record(k) for k in co.kernels), key=lambda k: str(k["name"])),
+        "kernels": sorted((_kernel_record(k, functions) for k in co.kernels), key=lambda k: str(k["name"])),
     }
 
 
-def problems(co: CodeObject, row: Row, op: Op, target: Target) -> list[str]:
+def problems(co: CodeObject, row: Row, op: Op, target: Target, functions: dict[str, dict[str, int]]) -> list[str]:
     """Every way the object fails its row's contract; empty means it may be written."""
     found: list[str] = []
+    totals = object_totals(functions)
+    for name in op.require_instructions:
+        if not totals.get(name):
+            found.append(f"no {name} instructions ({EXAMPLES.get(name, name)}) in the disassembly; "
+                         f"op {op.name} requires them (require_instructions)")
     if co.e_machine != EM_AMDGPU or co.os_abi != ELFOSABI_AMDGPU_HSA:
         found.append(f"not an AMDGPU HSA object (e_machine {co.e_machine}, OS/ABI {co.os_abi})")
     if target_processor(co.amdhsa_target) != target.name:

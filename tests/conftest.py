@@ -64,6 +64,8 @@ def run_farm(project: Path, *args: str, env: dict[str, str] | None = None,
 
 
 LLD19 = Path("/usr/lib/llvm-19/bin/ld.lld")
+# The disassembler block of the project's pin, for test toolchains (verification stays the same).
+PINNED_DISASSEMBLER = "disassembler:" + (REPO / "conf/toolchain/pinned.yaml").read_text().split("\ndisassembler:")[1]
 
 
 def write_lld19_toolchain(project: Path, name: str) -> None:
@@ -71,7 +73,9 @@ def write_lld19_toolchain(project: Path, name: str) -> None:
     assert os.access(LLD19, os.X_OK), f"{LLD19} missing: run scripts/setup.sh --tests (apt lld-19)"
     digest = hashlib.sha256(LLD19.read_bytes()).hexdigest()
     (project / "conf" / "toolchain" / f"{name}.yaml").write_text(
-        f"flydsl: 0.3.4\npython: '3.11'\nlinker:\n  path: {LLD19}\n  version: Debian LLD 19.1.7\n  sha256: {digest}\n")
+        f"flydsl: 0.3.4\npython: '3.11'\nlinker:\n  path: {LLD19}\n  version: Debian LLD 19.1.7\n  sha256: {digest}\n"
+        + PINNED_DISASSEMBLER)
+
 
 
 def last_line(text: str) -> str:

@@ -37,6 +37,10 @@ def test_every_target_built_and_verified(built: Path) -> None:
             assert kernel["wavefront_size"] == (32 if target.endswith("generic") else 64)
             assert kernel["args"] and kernel["kernarg_segment_size"] > 0
             assert entry["code_object"]["linker"] == "Linker: LLD 22.1.8"
+            # Instruction classes from the pinned disassembler: a norm loads, computes and stores, with no matrix ops.
+            classes = kernel["instructions"]
+            assert classes["vmem"] > 0 and classes["valu"] > 0 and classes["mfma"] == classes["wmma"] == 0
+            assert entry["code_object"]["instructions"] == classes  # one kernel: the object's totals are its own
         assert "rmsnorm for " + target in (out / target / "SOURCE.md").read_text()
     check = run_farm(built, "check")
     assert check.returncode == 0, check.stdout

@@ -21,7 +21,7 @@ from typing import Any
 import farm
 
 from ..canonical import sha256_bytes
-from ..toolchain import installed, write_linker_shim
+from ..toolchain import differences, installed, write_linker_shim
 
 
 # The child's whole environment. Nothing from the caller's environment leaks in, so HOME, locale,
@@ -82,9 +82,13 @@ class Zygote:
         self.log = open(self.home / "zygote.log", "wb")  # noqa: SIM115 (lives as long as the zygote)
         self.proc = subprocess.Popen([sys.executable, "-m", "farm.compile.zygote"], cwd=self.home, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
+        started = time.monotonic()
+        assert self.proc.stdout is not None
+        self.ready = bool(self.proc.stdout.readline())  # empty: it died importing (startup_log says why)
+        self.warmup_seconds = round(time.monotonic() - started, 3)
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return self.ready and self.proc.poll() is None
 
     def run(self, work: Path, env: dict[str, str], timeout_s: float) -> int | None:
         """Fork one compile; returns its exit code (negative: signal), None if the zygote is gone."""
@@ -107,49 +111,63 @@ class Zygote:
 _ZYGOTE: Zygote | None = None
 
 
-def warm_zygote() -> Zygote:
+def warm_zygote() -> tuple[Zygote, float]:
+    """This worker's zygote, started if needed; and the seconds spent starting it now (0 when warm)."""
     global _ZYGOTE
     if _ZYGOTE is None or not _ZYGOTE.alive():
         _ZYGOTE = Zygote()
-    return _ZYGOTE
+        return _ZYGOTE, _ZYGOTE.warmup_seconds
+    return _ZYGOTE, 0.0
 
 
-def _run_fresh(work: Path, env: dict[str, str], timeout_s: float) -> tuple[int | None, str]:
+def _run_fresh(work: Path, env: dict[str, str], timeout_s: float) -> tuple[int | None, str, float]:
     """A new interpreter for this one compile (pays the imports every time)."""
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "farm.compile.worker", str(work / "request.json"), str(work / "object.bin")],
             cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             timeout=timeout_s)
-        return proc.returncode, proc.stdout.decode("utf-8", "replace")
+        return proc.returncode, proc.stdout.decode("utf-8", "replace"), 0.0
     except subprocess.TimeoutExpired as exc:
-        return None, (exc.stdout or b"").decode("utf-8", "replace") + f"\n[killed after {timeout_s:.0f} s]"
+        return None, (exc.stdout or b"").decode("utf-8", "replace") + f"\n[killed after {timeout_s:.0f} s]", 0.0
 
 
-def _run_warm(work: Path, env: dict[str, str], timeout_s: float) -> tuple[int | None, str]:
-    """A fork of this worker's warm zygote for this one compile."""
-    zygote = warm_zygote()
-    code = zygote.run(work, env, timeout_s)
+def _run_warm(work: Path, env: dict[str, str], timeout_s: float) -> tuple[int | None, str, float]:
+    """A fork of this worker's warm zygote for this one compile (plus the warm-up, when it paid one)."""
+    zygote, warmup = warm_zygote()
+    code = zygote.run(work, env, timeout_s) if zygote.ready else None
     log_path = work / "compile.log"
     log = log_path.read_text(errors="replace") if log_path.is_file() else ""
     if code is None:
-        return None, log + "\n[the warm compile server died]\n" + zygote.startup_log()
+        return None, log + "\n[the warm compile server died]\n" + zygote.startup_log(), warmup
     if code == -14:  # SIGALRM: the child's own time limit
-        return None, log + f"\n[killed after {timeout_s:.0f} s]"
-    return code, log
+        return None, log + f"\n[killed after {timeout_s:.0f} s]", warmup
+    return code, log, warmup
+
+
+def warnings_in(log: str) -> list[str]:
+    """The compiler's warning lines (LLVM, MLIR and Python warnings all say 'warning')."""
+    return [line.strip() for line in log.splitlines() if "warning" in line.lower()]
 
 
 def compile_isolated(request: dict[str, Any], sources: dict[str, bytes], timeout_s: float,
-                     warm: bool = True) -> dict[str, Any]:
-    """Compile one row in a child process; never raises for a compile failure, reports it instead."""
+                     warm: bool = True, node: str | None = None) -> dict[str, Any]:
+    """Compile one row in a child process; never raises for a compile failure, reports it instead.
+    A worker whose toolchain differs from the request's pin refuses before compiling."""
     started = time.monotonic()
-    result: dict[str, Any] = {"key": request["key"], "node": socket.gethostname(), "pid": os.getpid(),
-                              "ok": False, "elf": None, "sources": {}, "stderr": "", "error": None}
+    node = node or socket.gethostname()
+    result: dict[str, Any] = {"key": request["key"], "node": node, "pid": os.getpid(), "ok": False, "elf": None,
+                              "sources": {}, "stderr": "", "error": None, "started_unix": time.time()}
     try:
         result["toolchain"] = worker_toolchain(request.get("linker"))
     except Exception as exc:  # the driver reports a worker without the pinned toolchain by node
         result["toolchain"] = None
-        result["error"] = f"toolchain on node {socket.gethostname()} unusable: {exc}"
+        result["error"] = f"toolchain on node {node} unusable: {exc}"
+        return result
+    diff = differences(request.get("pin") or {}, result["toolchain"]) if "pin" in request else []
+    if diff:
+        result["error"] = f"toolchain on node {node} differs from the pin: {'; '.join(diff)}"
+        result["seconds"] = round(time.monotonic() - started, 3)
         return result
     work = Path(tempfile.mkdtemp(prefix="farm-compile-"))
     try:
@@ -161,8 +179,12 @@ def compile_isolated(request: dict[str, Any], sources: dict[str, bytes], timeout
         (work / "request.json").write_text(json.dumps(dict(request, kernels_root=str(kernels_root))))
         out = work / "object.bin"
         env = child_environment(work, request["target"])
-        code, log = (_run_warm if warm else _run_fresh)(work, env, timeout_s)
+        compile_started = time.monotonic()
+        code, log, warmup = (_run_warm if warm else _run_fresh)(work, env, timeout_s)
+        result["warmup_seconds"] = warmup
+        result["compile_seconds"] = round(time.monotonic() - compile_started - warmup, 3)
         result["stderr"] = log
+        result["warnings"] = warnings_in(log)
         if code is None:
             result["error"] = f"compile did not finish (time limit {timeout_s:.0f} s, or its server died)"
         elif code != 0:
@@ -171,11 +193,13 @@ def compile_isolated(request: dict[str, Any], sources: dict[str, bytes], timeout
         elif not out.is_file():
             result["error"] = "compiler process wrote no object"
         else:
-            read = json.loads(out.with_suffix(".json").read_text())["sources"]
+            told = json.loads(out.with_suffix(".json").read_text())
             result["elf"] = out.read_bytes()
-            result["sources"] = {rel: sha256_bytes(sources[rel]) for rel in read if rel in sources}
+            result["sources"] = {rel: sha256_bytes(sources[rel]) for rel in told["sources"] if rel in sources}
+            result["max_rss_mib"] = round(told["max_rss_kib"] / 1024, 1)
             result["ok"] = True
     finally:
         shutil.rmtree(work, ignore_errors=True)
         result["seconds"] = round(time.monotonic() - started, 3)
+        result["finished_unix"] = time.time()
     return result

@@ -4,8 +4,9 @@ Importing torch and flydsl costs ~2.5 s, several times a small compile. The zygo
 worker. Each compile still runs in its own process, forked from the same post-import state: an LLVM
 abort kills only that child, and nothing one compile does can leak into the next.
 
-Protocol (one JSON object per line): the parent writes a job {request, result, log, env, cwd,
-timeout_s}; the zygote replies {"returncode": N} (negative: killed by that signal).
+Protocol (one JSON object per line): the zygote says {"ready": true} once its imports are done; then
+the parent writes a job {request, result, log, env, cwd, timeout_s} and the zygote replies
+{"returncode": N} (negative: killed by that signal).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def serve() -> None:
 
     from . import lowering  # noqa: F401
 
+    sys.stdout.write(json.dumps({"ready": True}) + "\n")  # the parent times the warm-up apart from compiles
+    sys.stdout.flush()
     for line in sys.stdin:
         if not line.strip():
             continue

@@ -1,0 +1,197 @@
+"""Build the same rows three ways, one after another in one run, and print how they compare.
+
+    python bench/throughput.py [farm selection overrides]      e.g. ops=[rmsnorm] targets=[gfx942]
+
+(a) sequential: one process per target compiling its rows in sequence (imports once, no isolation),
+    up to one such process per core at a time: how per-target generator scripts work;
+(b) fresh:      one fresh interpreter per row (`python -m farm.compile.worker`), one per core at a
+    time: how `make -j` over per-kernel compile commands works;
+(c) farm:       `farm build` into a private outputs directory, on the local Ray cluster.
+
+The limit is the sum of the pure compile times (trace + lower + link per row, measured in (a)) over
+the cores; the farm's efficiency is that limit over its wall time. Peak memory is the largest sum
+of resident set sizes over the whole process tree of each way (shared pages count once per process,
+so it is an upper bound). The last line is machine-readable:
+    farm_vs_fresh=X farm_vs_sequential=Y efficiency=Z peak_gib=M
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from farm import config as config_mod
+from farm.build import _request
+from farm.compile.isolate import child_environment
+from farm.expand import fresh_rows
+from farm.rows import Row
+from farm.toolchain import write_linker_shim
+
+HERE = Path(__file__).resolve().parent
+
+
+class PeakMemory:
+    """Samples the resident memory of a process and all its descendants until stopped."""
+
+    def __init__(self, pid: int, interval_s: float = 0.1) -> None:
+        self.root = psutil.Process(pid)
+        self.interval_s = interval_s
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            total = 0
+            try:
+                for proc in [self.root, *self.root.children(recursive=True)]:
+                    try:
+                        total += proc.memory_info().rss
+                    except psutil.Error:
+                        pass
+            except psutil.Error:
+                pass
+            self.peak_bytes = max(self.peak_bytes, total)
+            self._stop.wait(self.interval_s)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return self.peak_bytes / 2**30
+
+
+def _private_env(work: Path, target: dict[str, Any], linker: dict[str, Any] | None) -> dict[str, str]:
+    """The farm's own isolated compile environment, so all three ways compile the same way."""
+    for sub in ("home", "tmp"):
+        (work / sub).mkdir(parents=True, exist_ok=True)
+    write_linker_shim(work / "rocm", linker)
+    return child_environment(work, target)
+
+
+def _file_name(key: str) -> str:
+    return key.replace("/", "__") + ".hsaco"
+
+
+def way_sequential(cfg: config_mod.FarmConfig, rows: list[Row], work: Path, cores: int) -> dict[str, Any]:
+    by_target: dict[str, list[Row]] = {}
+    for row in rows:
+        by_target.setdefault(row.target, []).append(row)
+    out = work / "objects"
+    out.mkdir(parents=True)
+    peak = PeakMemory(psutil.Process().pid)
+
+    def one_target(target: str) -> dict[str, float]:
+        tdir = work / target
+        job = {"target": cfg.targets[target].as_dict(), "kernels_root": str(cfg.kernels_dir), "out_dir": str(out),
+               "seconds_file": str(work / f"{target}.seconds.json"),
+               "requests": [_request(cfg, r) for r in by_target[target]]}
+        (work / f"{target}.json").write_text(json.dumps(job))
+        env = _private_env(tdir, job["target"], cfg.toolchain_pin.get("linker"))
+        env["PYTHONPATH"] += os.pathsep + str(HERE)
+        proc = subprocess.run([sys.executable, str(HERE / "sequential_generator.py"), str(work / f"{target}.json")],
+                              cwd=tdir, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"sequential generator for {target} failed:\n{proc.stderr[-3000:]}")
+        return json.loads(Path(job["seconds_file"]).read_text())
+
+    started = time.monotonic()
+    seconds: dict[str, float] = {}
+    with ThreadPoolExecutor(max_workers=min(cores, len(by_target))) as pool:
+        for part in pool.map(one_target, sorted(by_target)):
+            seconds.update(part)
+    wall = time.monotonic() - started
+    return {"wall": wall, "peak_gib": peak.stop(), "seconds": seconds, "objects": _objects(out)}
+
+
+def way_fresh(cfg: config_mod.FarmConfig, rows: list[Row], work: Path, cores: int) -> dict[str, Any]:
+    out = work / "objects"
+    out.mkdir(parents=True)
+    peak = PeakMemory(psutil.Process().pid)
+
+    def one_row(index_row: tuple[int, Row]) -> None:
+        index, row = index_row
+        rdir = work / f"row{index}"
+        env = _private_env(rdir, cfg.targets[row.target].as_dict(), cfg.toolchain_pin.get("linker"))
+        request = dict(_request(cfg, row), kernels_root=str(cfg.kernels_dir))
+        (rdir / "request.json").write_text(json.dumps(request))
+        proc = subprocess.run([sys.executable, "-m", "farm.compile.worker", str(rdir / "request.json"),
+                               str(out / _file_name(row.key))], cwd=rdir, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"fresh compile of {row.key} failed:\n{proc.stderr[-3000:]}")
+        (out / (_file_name(row.key)[: -len(".hsaco")] + ".json")).unlink()
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=cores) as pool:
+        list(pool.map(one_row, enumerate(rows)))
+    wall = time.monotonic() - started
+    return {"wall": wall, "peak_gib": peak.stop(), "objects": _objects(out)}
+
+
+def way_farm(overrides: list[str], rows: list[Row], work: Path) -> dict[str, Any]:
+    outputs = work / "outputs"
+    command = [sys.executable, "-m", "farm.cli", "build", *overrides, f"outputs_dir={outputs}",
+               f"report_dir={work / 'reports'}"]
+    started = time.monotonic()
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = PeakMemory(proc.pid)
+    stdout, stderr = proc.communicate()
+    wall = time.monotonic() - started
+    peak_gib = peak.stop()
+    if proc.returncode != 0:
+        raise SystemExit(f"farm build failed:\n{stdout}\n{stderr[-3000:]}")
+    objects = {_file_name(r.key): (outputs / r.op / r.target / r.file_name).read_bytes() for r in rows}
+    return {"wall": wall, "peak_gib": peak_gib, "objects": objects}
+
+
+def _objects(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in out.glob("*.hsaco")}
+
+
+def main(overrides: list[str]) -> int:
+    cfg = config_mod.load(config_mod.find_project_root(), overrides)
+    rows, _ = fresh_rows(cfg)
+    if not rows:
+        raise SystemExit("the selection has no rows")
+    cores = int(cfg.executor.get("num_cpus") or os.cpu_count() or 1)
+    families = sorted({r.op for r in rows})
+    print(f"bench: {len(rows)} rows ({', '.join(families)}) on {len(set(r.target for r in rows))} target(s), "
+          f"{cores} cores", flush=True)
+    root = Path(tempfile.mkdtemp(prefix="farm-bench-"))
+    try:
+        results = {}
+        for name, run in (("sequential", lambda w: way_sequential(cfg, rows, w, cores)),
+                          ("fresh", lambda w: way_fresh(cfg, rows, w, cores)),
+                          ("farm", lambda w: way_farm(overrides, rows, w))):
+            (root / name).mkdir()
+            results[name] = run(root / name)
+            print(f"  {name:10} {results[name]['wall']:8.1f} s  {len(rows) / results[name]['wall']:6.2f} rows/s  "
+                  f"peak {results[name]['peak_gib']:.2f} GiB", flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    farm, fresh, seq = results["farm"], results["fresh"], results["sequential"]
+    pure = sum(seq["seconds"].values())
+    limit = pure / cores
+    same_fresh = sum(farm["objects"][k] == v for k, v in fresh["objects"].items())
+    same_seq = sum(farm["objects"][k] == v for k, v in seq["objects"].items())
+    print(f"  pure compile time {pure:.1f} s summed, {pure / len(rows):.2f} s per row; "
+          f"limit on {cores} cores {limit:.1f} s")
+    print(f"  objects identical to the farm's: fresh {same_fresh}/{len(rows)}, sequential {same_seq}/{len(rows)}")
+    print(f"farm_vs_fresh={fresh['wall'] / farm['wall']:.2f} farm_vs_sequential={seq['wall'] / farm['wall']:.2f} "
+          f"efficiency={limit / farm['wall']:.2f} peak_gib={farm['peak_gib']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

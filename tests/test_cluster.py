@@ -1,0 +1,533 @@
+"""A real multi-node Ray cluster on loopback (`ray.cluster_utils.Cluster`: a 0-CPU head and 1-CPU
+worker nodes, all on 127.0.0.1), real compiles of a small rmsnorm table for one target, and faults:
+a worker node killed mid-build, the driver killed mid-build, a node whose toolchain differs.
+
+What "the worker nodes share no disk with the driver" means here, and what is proven: the nodes are
+processes on this machine, so they *could* read the project. Every Python process of a worker node
+runs a test-only `sitecustomize` (through the node's PYTHONPATH) whose audit hook refuses, and logs,
+any open / listdir / scandir / chdir under the project directory; the build's Ray workers are shown
+to run under it, a probe task shows it bites, and the build must log no refusal. The farm driver runs
+from an unrelated working directory (Ray adds the driver's cwd to the workers' sys.path). The
+compile processes the workers start (warm server, forked compiles) get a scrubbed environment, so
+the hook does not follow them; they are told only the request, and the test checks that no request
+and no source name carries a path of the driver's disk. Not proven: C-level reads by native code
+(raylet, LLVM), and anything about a second machine's filesystem layout or network.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from conftest import last_line, run_farm, small_copy
+
+# Ray reads this when it is imported, and every node this module starts inherits it: with it, the
+# nodes advertise and bind 127.0.0.1 (INFRA.md). Set before anything here imports ray.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+
+TARGET = "gfx942"
+ROWS = 6  # the small rmsnorm table (conftest) for one target
+LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
+PIN_DIFF = "flydsl: pinned '0.3.4', found '0.3.3'"
+
+# Installed on worker nodes only (PYTHONPATH of the node): refuse and log any access to the project.
+GUARD_SITECUSTOMIZE = '''\
+import os
+import sys
+
+_FORBID = os.environ.get("FARM_TEST_FORBID")
+_LOG = os.environ.get("FARM_TEST_FORBID_LOG")
+
+
+def _note(line):
+    fd = os.open(_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line[:400] + "\\n").encode())
+    finally:
+        os.close(fd)
+
+
+def _hook(event, args):
+    if event not in ("open", "os.listdir", "os.scandir", "os.chdir") or not args:
+        return
+    path = args[0]
+    if path is None or isinstance(path, int):
+        return
+    full = os.path.abspath(os.fsdecode(path))
+    if full == _FORBID or full.startswith(_FORBID + os.sep):
+        _note(f"DENIED {event} {full} pid {os.getpid()} {' '.join(sys.argv)}")
+        raise PermissionError(f"{full}: the driver's disk is not reachable from this node (test guard)")
+
+
+if _FORBID and _LOG:
+    sys.addaudithook(_hook)
+    _note(f"ARMED pid {os.getpid()} {' '.join(getattr(sys, 'argv', []))}")
+'''
+
+# Processes this module caused (cluster nodes, their workers, killed builds' Ray): reaped at the end.
+_REAP: dict[int, psutil.Process] = {}
+
+
+def _remember(procs: list[psutil.Process]) -> None:
+    for p in procs:
+        _REAP.setdefault(p.pid, p)
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _kill(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """SIGKILL each still-running process (psutil checks its start time: no pid reuse), and what it
+    spawned meanwhile; returns the ones that were still running."""
+    running = [p for p in procs if p.is_running()]
+    for p in list(running):
+        running += [c for c in _descendants(p.pid) if c.pid not in {r.pid for r in running}]
+    for p in running:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(running, timeout=15)
+    return running
+
+
+def short_tmp(prefix: str) -> Path:
+    """Ray's unix sockets live under its temp dir; pytest's tmp paths are too long for them."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def temporaries(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.name.endswith(".tmp"))
+
+
+def recorded(out: Path) -> set[str]:
+    """Objects the manifests record and that are on disk (what a resumed build counts as done)."""
+    manifest = out / "rmsnorm" / TARGET / "manifest.json"
+    try:
+        entries = json.loads(manifest.read_text())["objects"]
+    except (OSError, ValueError):
+        return set()
+    return {e["file"] for e in entries if (manifest.parent / e["file"]).is_file()}
+
+
+def node_id_of(row: dict[str, Any]) -> str:
+    """The node-id part of a report row's "node" (host/ip/node id prefix)."""
+    return str(row["node"]).split("/")[2]
+
+
+@contextlib.contextmanager
+def environment(**values: str) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+# ---------------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_temp() -> Iterator[Path]:
+    """Every Ray session of this module (cluster nodes, local builds) and the cluster's
+    `ray_current_cluster` file live in a private directory, not /tmp/ray; all processes are reaped."""
+    root = short_tmp("fc-")
+    before = {p.pid for p in _descendants(os.getpid())}
+    with environment(RAY_TMPDIR=str(root)):
+        yield root
+    _remember([p for p in _descendants(os.getpid()) if p.pid not in before])
+    _kill(list(_REAP.values()))
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    project = small_copy(tmp_path_factory.mktemp("cluster"))
+    config = project / "conf" / "config.yaml"
+    config.write_text(config.read_text().replace("\ntargets: []", f"\ntargets: [{TARGET}]", 1))
+    run_farm(project, "expand", check=True)
+    return project
+
+
+@pytest.fixture(scope="module")
+def reference(project: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """The same rows built locally (default executor) into another outputs_dir."""
+    out = tmp_path_factory.mktemp("reference") / "outputs"
+    proc = run_farm(project, "build", f"outputs_dir={out}", check=True)
+    assert f"rows={ROWS} up_to_date=0 to_build={ROWS}" in proc.stderr
+    ref = tree_bytes(out)
+    assert sum(name.endswith(".hsaco") for name in ref) == ROWS
+    return ref
+
+
+@pytest.fixture(scope="module")
+def guard(project: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    where = tmp_path_factory.mktemp("guard")
+    (where / "site").mkdir()
+    (where / "site" / "sitecustomize.py").write_text(GUARD_SITECUSTOMIZE)
+    # A flydsl that is not the pin, as far as importlib.metadata can tell; the real one still imports.
+    meta = where / "fake-flydsl" / "flydsl-0.3.3.dist-info"
+    meta.mkdir(parents=True)
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: flydsl\nVersion: 0.3.3\n")
+    return {"root": str(where), "site": str(where / "site"), "fake": str(where / "fake-flydsl"),
+            "log": where / "guard.log", "project": str(project.resolve())}
+
+
+# Each worker node's own temp directory (its compiles' private work dirs land there), by node id.
+NODE_TMP: dict[str, Path] = {}
+
+
+def add_worker(cluster: Any, guard: dict[str, Any], *extra_path: str) -> Any:
+    """A 1-CPU worker node whose processes cannot touch the project (and see `extra_path` first),
+    with a temp directory of its own."""
+    path = os.pathsep.join([guard["site"], *extra_path, *filter(None, [os.environ.get("PYTHONPATH")])])
+    tmp = Path(tempfile.mkdtemp(prefix="node-", dir=guard["root"]))
+    with environment(PYTHONPATH=path, TMPDIR=str(tmp), FARM_TEST_FORBID=guard["project"],
+                     FARM_TEST_FORBID_LOG=str(guard["log"])):
+        node = cluster.add_node(num_cpus=1)
+    NODE_TMP[node.node_id] = tmp
+    return node
+
+
+@pytest.fixture(scope="module")
+def cluster(ray_temp: Path, guard: dict[str, Any]) -> Iterator[Any]:
+    """A head with no CPUs (nothing runs there) and two 1-CPU worker nodes, on loopback."""
+    import ray
+    from ray._private import ray_constants
+    from ray.cluster_utils import Cluster
+
+    ray_constants.ENABLE_RAY_CLUSTER = False  # in case ray was imported before this module set the switch
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    try:
+        for _ in range(2):
+            add_worker(cluster, guard)
+        ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
+        yield cluster
+    finally:
+        _remember(_descendants(os.getpid()))
+        ray.shutdown()
+        cluster.shutdown()
+        # A node's processes die with it; whatever outlived it (a warm compile server) goes now.
+        _kill(list(_REAP.values()))
+
+
+def set_worker_nodes(cluster: Any, guard: dict[str, Any], count: int) -> list[Any]:
+    """Exactly `count` guarded worker nodes (removing or adding), all alive and on loopback."""
+    while len(cluster.worker_nodes) > count:
+        node = sorted(cluster.worker_nodes, key=lambda n: n.node_id)[0]
+        _remember(_descendants(raylet_pid(node)))
+        cluster.remove_node(node)
+    while len(cluster.worker_nodes) < count:
+        add_worker(cluster, guard)
+    cluster.wait_for_nodes()
+    assert_loopback(cluster)
+    return sorted(cluster.worker_nodes, key=lambda n: n.node_id)
+
+
+def raylet_pid(node: Any) -> int:
+    return node.all_processes["raylet"][0].process.pid
+
+
+def assert_loopback(cluster: Any) -> None:
+    """Every node advertises 127.0.0.1, and every socket of the cluster's processes is on loopback."""
+    import ray
+
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    assert {n["NodeManagerAddress"] for n in alive} == {"127.0.0.1"}, alive
+    assert {n["NodeID"] for n in alive} == {cluster.head_node.node_id} | {n.node_id for n in cluster.worker_nodes}
+    for proc in _descendants(os.getpid()):
+        try:
+            conns = proc.net_connections(kind="inet")
+        except psutil.Error:
+            continue
+        for c in conns:
+            assert c.laddr.ip in LOOPBACK, f"{proc.name()} {proc.pid} bound to {c.laddr}"
+            assert not c.raddr or c.raddr.ip in LOOPBACK, f"{proc.name()} {proc.pid} talks to {c.raddr}"
+
+
+def on_node(node: Any, fn: Any, *args: Any) -> Any:
+    """Run `fn` as a Ray task on that node (from this test process, a driver of the cluster)."""
+    import ray
+    from ray import cloudpickle
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    # The probes travel by value: the worker nodes cannot import this test module.
+    cloudpickle.register_pickle_by_value(sys.modules[fn.__module__])
+    task = ray.remote(num_cpus=1, max_retries=0)(fn).options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False))
+    return ray.get(task.remote(*args), timeout=120)
+
+
+def _probe_project(path: str) -> str:
+    try:
+        with open(os.path.join(path, "conf", "config.yaml"), "rb"):
+            return "readable"
+    except PermissionError as exc:
+        return f"refused: {exc}"
+
+
+def _probe_flydsl() -> tuple[str, str]:
+    import importlib.metadata
+    import importlib.util
+
+    spec = importlib.util.find_spec("flydsl")
+    return importlib.metadata.version("flydsl"), str(spec.origin if spec else None)
+
+
+def cluster_build(project: Path, cluster: Any, cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
+    cwd.mkdir(exist_ok=True)
+    return run_farm(project, "build", "executor=cluster", f"executor.address={cluster.address}", *overrides, cwd=cwd)
+
+
+def guard_log(guard: dict[str, Any]) -> list[str]:
+    path = guard["log"]
+    return path.read_text().splitlines() if path.is_file() else []
+
+
+# ------------------------------------------------------------------------------------------- tests
+
+
+def test_rows_run_on_worker_nodes_and_match_a_local_build(cluster: Any, project: Path, guard: dict[str, Any],
+                                                          reference: dict[str, bytes], tmp_path: Path) -> None:
+    workers = set_worker_nodes(cluster, guard, 2)
+    worker_ids = {n.node_id[:8] for n in workers}
+    assert cluster.head_node.node_id[:8] not in worker_ids
+    # The guard bites on every worker node (a control: without it the no-refusal check below means nothing).
+    for node in workers:
+        assert on_node(node, _probe_project, guard["project"]).startswith("refused:")
+    seen = len(guard_log(guard))
+
+    proc = cluster_build(project, cluster, tmp_path / "elsewhere")
+    assert proc.returncode == 0, proc.stderr
+    assert f"rows={ROWS} up_to_date=0 to_build={ROWS}" in proc.stderr
+
+    report = json.loads((project / ".farm" / "reports" / "latest-build.json").read_text())
+    rows = report["rows"]
+    assert len(rows) == ROWS and all(r["written"] for r in rows)
+    used = {node_id_of(r) for r in rows}
+    assert used <= worker_ids, f"rows ran on {used}, worker nodes are {worker_ids} (head {cluster.head_node.node_id})"
+    assert used == worker_ids, "both worker nodes should have compiled rows"
+    assert all(r["node"].split("/")[1] == "127.0.0.1" for r in rows)
+
+    assert tree_bytes(project / "outputs") == reference
+    check = run_farm(project, "check")
+    assert check.returncode == 0, check.stdout
+    assert last_line(check.stdout) == f"checked {ROWS} objects in 1 directories: no drift"
+
+    # No process of a worker node touched the project; the build's own Ray workers ran guarded.
+    new = guard_log(guard)[seen:]
+    assert not [line for line in new if line.startswith("DENIED")], new
+    assert any(line.startswith("ARMED") and "default_worker" in line for line in new), new
+    # What the driver hands a worker names no path of its disk: sources by relative name, requests by value.
+    from farm.build import _request
+    from farm.config import load
+    from farm.expand import fresh_rows
+    from farm.sources import collect
+
+    cfg = load(project, [])
+    selected, _ = fresh_rows(cfg)
+    assert len(selected) == ROWS
+    for row in selected:
+        text = json.dumps(_request(cfg, row))
+        assert str(project) not in text and str(project.resolve()) not in text, text
+    names = list(collect(cfg.kernels_dir))
+    assert names and not [n for n in names if n.startswith("/") or ".." in n.split("/")]
+    assert_loopback(cluster)
+
+
+def in_flight(node: Any) -> set[str]:
+    """Keys of rows a task on `node` is working on now: a task's private work dir (in the node's own
+    temp dir) holds its request from before the warm-up until its result is ready, then goes."""
+    keys = set()
+    for request in NODE_TMP[node.node_id].glob("farm-compile-*/request.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            keys.add(json.loads(request.read_text())["key"])
+    return keys
+
+
+def test_worker_node_killed_mid_build(cluster: Any, project: Path, guard: dict[str, Any],
+                                      reference: dict[str, bytes], tmp_path: Path) -> None:
+    workers = set_worker_nodes(cluster, guard, 2)
+    out, reports = tmp_path / "outputs", tmp_path / "reports"
+    (tmp_path / "elsewhere").mkdir()
+    cmd = [sys.executable, "-m", "farm.cli", "build", "executor=cluster", f"executor.address={cluster.address}",
+           f"outputs_dir={out}", f"report_dir={reports}"]
+    env = dict(os.environ, FARM_PROJECT=str(project))
+    with open(tmp_path / "build.log", "wb") as log:
+        build = subprocess.Popen(cmd, cwd=tmp_path / "elsewhere", env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        # Wait until a row is in flight on a worker node; that node dies, as a machine would: its Ray
+        # workers, warm servers and compiles first (no result can leave it), then the node itself.
+        deadline = time.monotonic() + 300
+        victim = None
+        while victim is None:
+            assert build.poll() is None, (tmp_path / "build.log").read_text()
+            assert time.monotonic() < deadline, "no row ever started on a worker node"
+            victim = next((node for node in workers if in_flight(node)), None)
+            time.sleep(0.02)
+        doomed = _descendants(raylet_pid(victim))
+        _remember(doomed)
+        _kill(doomed)
+        killed_at = time.time()
+        written_at_kill = len(recorded(out))
+        # The rows whose work the kill cut off: their work dirs were never cleaned up.
+        interrupted = in_flight(victim)
+        cluster.remove_node(victim, allow_graceful=False)
+        survivor = next(n for n in workers if n is not victim)
+        code = build.wait(timeout=600)
+    finally:
+        if build.poll() is None:
+            build.kill()
+            build.wait()
+    text = (tmp_path / "build.log").read_text()
+    assert code == 0, text
+    print("\nKILL", interrupted, "victim", victim.node_id[:8], "written_at_kill", written_at_kill)
+    assert written_at_kill < ROWS, "the node died after the build had everything"
+
+    report = json.loads((reports / "latest-build.json").read_text())
+    rows = {r["key"]: r for r in report["rows"]}
+    assert len(rows) == ROWS and all(r["written"] for r in rows.values())
+    # The rows in flight on the dead node were retried on the other one.
+    assert interrupted, "the kill cut off no row"
+    for key in interrupted:
+        assert node_id_of(rows[key]) == survivor.node_id[:8], rows[key]
+    for r in rows.values():
+        assert node_id_of(r) in {victim.node_id[:8], survivor.node_id[:8]}
+        if node_id_of(r) == victim.node_id[:8]:
+            assert r["finished_unix"] <= killed_at, f"{r['key']} came back from a dead node"
+
+    assert not temporaries(out), temporaries(out)
+    assert tree_bytes(out) == reference
+    check = run_farm(project, "check", f"outputs_dir={out}")
+    assert check.returncode == 0, check.stdout
+    set_worker_nodes(cluster, guard, 2)  # a fresh node for whatever runs next
+
+
+def test_worker_with_another_toolchain_fails_its_rows(cluster: Any, project: Path, guard: dict[str, Any],
+                                                      reference: dict[str, bytes], tmp_path: Path) -> None:
+    (good,) = set_worker_nodes(cluster, guard, 1)
+    bad = add_worker(cluster, guard, guard["fake"])  # PYTHONPATH: a flydsl-0.3.3 dist-info, nothing else
+    try:
+        cluster.wait_for_nodes()
+        assert_loopback(cluster)
+        # The bad node's processes see flydsl 0.3.3 in its metadata while the real package still imports.
+        version, origin = on_node(bad, _probe_flydsl)
+        assert version == "0.3.3" and origin.startswith(sys.prefix), (version, origin)
+        assert on_node(good, _probe_flydsl)[0] == "0.3.4"
+
+        out, reports = tmp_path / "outputs", tmp_path / "reports"
+        proc = cluster_build(project, cluster, tmp_path / "elsewhere", f"outputs_dir={out}",
+                             f"report_dir={reports}")
+        report = json.loads((reports / "latest-build.json").read_text())
+        rows = report["rows"]
+        assert len(rows) == ROWS
+        on_bad = [r for r in rows if node_id_of(r) == bad.node_id[:8]]
+        on_good = [r for r in rows if node_id_of(r) == good.node_id[:8]]
+        assert len(on_bad) + len(on_good) == ROWS
+        assert on_bad, "no row ran on the node with the other toolchain"
+        assert proc.returncode == 1, proc.stderr
+        written = {p.name for p in (out / "rmsnorm" / TARGET).glob("*.hsaco")} if out.exists() else set()
+        for r in on_bad:
+            assert not r["written"], r
+            reason = r["refused"]
+            assert bad.node_id[:8] in reason and "/127.0.0.1/" in reason and PIN_DIFF in reason, reason
+            name = r["key"].split("/")[-1]
+            assert f"--- {r['key']} failed: {reason}" in proc.stderr
+            assert f"{name}.hsaco" not in written
+        for r in on_good:
+            assert r["written"], r
+        assert written == {r["key"].split("/")[-1] + ".hsaco" for r in on_good}
+        assert recorded(out) == written
+        for name in written:
+            assert (out / "rmsnorm" / TARGET / name).read_bytes() == reference[f"rmsnorm/{TARGET}/{name}"]
+        assert not (out.exists() and temporaries(out))
+    finally:
+        _remember(_descendants(raylet_pid(bad)))
+        cluster.remove_node(bad)
+    set_worker_nodes(cluster, guard, 2)
+
+
+def test_driver_killed_mid_build_resumes(project: Path, reference: dict[str, bytes], tmp_path: Path) -> None:
+    """The local executor: the driver owns a private Ray (gcs_server, raylet, workers) that a SIGKILL orphans."""
+    out, reports = tmp_path / "outputs", tmp_path / "reports"
+    ray_tmp = short_tmp("fd-")
+    env = dict(os.environ, RAY_TMPDIR=str(ray_tmp))
+    env.pop("FARM_PROJECT", None)
+    # One worker: rows finish one at a time, so the kill lands between two objects.
+    cmd = [sys.executable, "-m", "farm.cli", "build", f"outputs_dir={out}", f"report_dir={reports}",
+           "executor.num_cpus=1"]
+    seen: dict[int, psutil.Process] = {}
+    try:
+        with open(tmp_path / "killed.log", "wb") as log:
+            driver = subprocess.Popen(cmd, cwd=project, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
+        deadline = time.monotonic() + 300
+        while not recorded(out):
+            assert driver.poll() is None, (tmp_path / "killed.log").read_text()
+            assert time.monotonic() < deadline, "no object was written"
+            for p in _descendants(driver.pid):  # the driver's Ray, as it grows
+                seen.setdefault(p.pid, p)
+            time.sleep(0.05)
+        for p in _descendants(driver.pid):
+            seen.setdefault(p.pid, p)
+        os.kill(driver.pid, signal.SIGKILL)  # the driver only, not its process group
+        driver.wait()
+        done = recorded(out)
+        # What the driver left behind: its Ray processes (by pid, found as its descendants) and anything
+        # still in its process group.
+        group = [p for p in psutil.process_iter() if _pgid(p.pid) == driver.pid]
+        orphans = [p for p in [*seen.values(), *group] if p.is_running()]
+        assert orphans, "a SIGKILLed driver leaves its Ray processes behind; none found (the test cannot see them)"
+    finally:
+        _remember(list(seen.values()))
+        _kill(list(seen.values()) + [p for p in psutil.process_iter() if _pgid(p.pid) == driver.pid])
+    assert not [p for p in seen.values() if p.is_running()]
+    assert 1 <= len(done) < ROWS, f"{len(done)} of {ROWS} objects were written when the driver died"
+
+    # A stale address file (INFRA.md) must not matter: the local executor always starts its own cluster.
+    (ray_tmp / "ray").mkdir(exist_ok=True)
+    (ray_tmp / "ray" / "ray_current_cluster").write_text("127.0.0.1:9")
+    proc = run_farm(project, "build", f"outputs_dir={out}", f"report_dir={reports}", env={"RAY_TMPDIR": str(ray_tmp)})
+    assert proc.returncode == 0, proc.stderr
+    missing = ROWS - len(done)
+    assert f"rows={ROWS} up_to_date={len(done)} to_build={missing}" in proc.stderr, proc.stderr
+    report = json.loads((reports / "latest-build.json").read_text())
+    assert report["built"] == missing and report["up_to_date"] == len(done)
+    assert {r["key"].split("/")[-1] + ".hsaco" for r in report["rows"]} == {
+        name.split("/")[-1] for name in reference if name.endswith(".hsaco")} - done
+    assert not temporaries(out), temporaries(out)
+    assert tree_bytes(out) == reference
+    check = run_farm(project, "check", f"outputs_dir={out}")
+    assert check.returncode == 0, check.stdout
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None

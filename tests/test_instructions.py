@@ -1,0 +1,135 @@
+"""Instruction classes from the pinned LLVM disassembler: recorded per object and per kernel,
+required per op (MFMA on CDNA attention, WMMA on RDNA), recomputed by `farm check`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import copy_project, last_line, run_farm
+
+from farm.disasm import CLASS_NAMES, _parse, classify
+
+# One real row of every attention family (op, target, object name or None for its first row, class).
+ATTENTION_ROWS = [
+    ("sdpa_cdna", "gfx942", "sdpa_bf16_d64_c0_m128n64w4", "mfma"),
+    ("sdpa_cdna_dualwave", "gfx950", None, "mfma"),
+    ("sdpa_cdna_decode", "gfx90a", "sdpa_cdna_decode_bf16_d128_causal_c128_m16", "mfma"),
+    ("sdpa_rdna", "gfx11-generic", "sdpa_rdna_bf16_d64_mask-causal_bias-none", "wmma"),
+    ("sdpa_rdna4", "gfx12-generic", None, "wmma"),
+    ("sdpa_rdna_decode", "gfx12-generic", "sdpa_rdna_decode_bf16_d128_causal_c128_m16", "wmma"),
+]
+
+
+def _first_name(project: Path, op: str, target: str) -> str:
+    for line in (project / "instances" / f"{op}.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row["target"] == target:
+            return row["name"]
+    raise AssertionError(f"no {op} row for {target}")
+
+
+@pytest.fixture(scope="module")
+def attention(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[str, str, str, str]]]:
+    """One object of each attention family, built for real."""
+    project = copy_project(tmp_path_factory.mktemp("attention"))
+    rows = [(op, target, name or _first_name(project, op, target), cls) for op, target, name, cls in ATTENTION_ROWS]
+    names = ",".join(f"{op}/{target}/{name}" for op, target, name, _ in rows)
+    run_farm(project, "build", f"names=[{names}]", check=True)
+    return project, rows
+
+
+def _selection(rows: list[tuple[str, str, str, str]]) -> str:
+    return "names=[" + ",".join(f"{op}/{target}/{name}" for op, target, name, _ in rows) + "]"
+
+
+def test_attention_objects_issue_matrix_instructions(attention: tuple[Path, list]) -> None:
+    project, rows = attention
+    for op, target, name, cls in rows:
+        manifest = json.loads((project / "outputs" / op / target / "manifest.json").read_text())
+        entry = next(e for e in manifest["objects"] if e["name"] == name)
+        totals = entry["code_object"]["instructions"]
+        other = "wmma" if cls == "mfma" else "mfma"
+        assert totals[cls] > 0 and totals[other] == 0, (op, target, totals)
+        assert sorted(totals) == sorted(CLASS_NAMES)
+        per_kernel = [k["instructions"] for k in entry["kernels"]]
+        assert {c: sum(k[c] for k in per_kernel) for c in CLASS_NAMES} == totals
+    check = run_farm(project, "check", _selection(rows))
+    assert check.returncode == 0, check.stdout
+    assert last_line(check.stdout) == f"checked {len(rows)} objects in {len(rows)} directories: no drift"
+
+
+def test_check_recomputes_the_counts(attention: tuple[Path, list], tmp_path: Path) -> None:
+    source, rows = attention
+    project = tmp_path / "p"
+    shutil.copytree(source, project)
+    op, target, name, cls = rows[0]
+    path = project / "outputs" / op / target / "manifest.json"
+    data = json.loads(path.read_text())
+    data["objects"][0]["kernels"][0]["instructions"][cls] += 1
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    check = run_farm(project, "check", _selection(rows))
+    assert check.returncode == 1
+    assert f"{name}.hsaco: manifest 'kernels' does not match the object" in check.stdout
+
+
+def test_a_missing_required_class_fails_the_row(tmp_path: Path) -> None:
+    """RMSNorm has no matrix instructions: requiring MFMA must fail its row, naming the class."""
+    project = copy_project(tmp_path / "p")
+    op_file = project / "conf" / "op" / "rmsnorm.yaml"
+    op_file.write_text(op_file.read_text().replace("\nsymbols:", "\nrequire_instructions: [mfma]\nsymbols:", 1))
+    proc = run_farm(project, "build", "ops=[rmsnorm]", "targets=[gfx942]", "names=[rmsnorm_bf16_infer_generic]")
+    assert proc.returncode == 1
+    assert ("rmsnorm/gfx942/rmsnorm_bf16_infer_generic failed: verification failed: no mfma instructions "
+            "(v_mfma_*) in the disassembly; op rmsnorm requires them") in proc.stderr
+    assert not (project / "outputs" / "rmsnorm" / "gfx942" / "rmsnorm_bf16_infer_generic.hsaco").exists()
+
+
+def test_a_typo_in_the_class_names_the_accepted_ones(tmp_path: Path) -> None:
+    project = copy_project(tmp_path / "p")
+    op_file = project / "conf" / "op" / "sdpa_cdna.yaml"
+    op_file.write_text(op_file.read_text().replace("require_instructions: [mfma]", "require_instructions: [mfam]"))
+    proc = run_farm(project, "plan")
+    assert proc.returncode == 2
+    assert "unknown instruction class 'mfam' in require_instructions (did you mean 'mfma'?)" in proc.stderr
+    op_file.write_text(op_file.read_text().replace("require_instructions: [mfam]", "require_instruction: [mfma]"))
+    proc = run_farm(project, "plan")
+    assert "unknown key 'require_instruction' (did you mean 'require_instructions'?)" in proc.stderr
+
+
+def test_a_missing_disassembler_is_named_before_any_compile(tmp_path: Path) -> None:
+    project = copy_project(tmp_path / "p")
+    pin = project / "conf" / "toolchain" / "pinned.yaml"
+    pin.write_text(pin.read_text().replace("/usr/bin/llvm-objdump-22", "/nonexistent/llvm-objdump"))
+    for verb in ("build", "check"):
+        proc = run_farm(project, verb, "ops=[rmsnorm]", "targets=[gfx942]")
+        assert proc.returncode == 2
+        assert ("disassembler missing: /nonexistent/llvm-objdump (pinned disassembler.path) is not an executable"
+                in proc.stderr)
+        assert "apt-get install llvm-22" in proc.stderr
+    assert not (project / "outputs").exists()
+    assert not (project / ".farm" / "reports").exists()
+
+
+def test_mnemonics_fall_in_the_first_matching_class() -> None:
+    assert classify("v_mfma_f32_32x32x16_bf16") == "mfma"
+    assert classify("v_wmma_f32_16x16x16_f16") == "wmma"
+    assert classify("ds_read_b128") == "lds" and classify("ds_load_b128") == "lds"
+    assert classify("buffer_load_dwordx4") == "vmem" and classify("global_store_b32") == "vmem"
+    assert classify("s_load_dwordx8") == "smem"
+    assert classify("s_waitcnt") == "wait" and classify("s_wait_loadcnt") == "wait" and classify("s_nop") == "wait"
+    assert classify("s_cbranch_scc1") == "branch" and classify("s_endpgm") == "branch"
+    assert classify("s_mul_i32") == "salu" and classify("v_add_f32_e32") == "valu"
+    assert classify("image_sample") == "other"
+
+
+def test_output_of_several_files_splits_by_file_and_function() -> None:
+    a, b = Path("/x/a b.hsaco"), Path("/x/b.hsaco")
+    text = (f"\n{a}:\tfile format elf64-amdgpu\n\nDisassembly of section .text:\n\n<k1>:\n"
+            "\tv_mfma_f32_32x32x16_bf16 a[0:15], v[0:3], v[4:7], 0\n\ts_endpgm\n\n<k2>:\n\tds_read_b128 v[0:3], v1\n"
+            f"\n{b}:\tfile format elf64-amdgpu\n\nDisassembly of section .text:\n\n<k1>:\n\tv_add_f32_e32 v0, v1, v2\n")
+    found = _parse(text, [a, b])
+    assert found[a]["k1"]["mfma"] == 1 and found[a]["k1"]["branch"] == 1 and found[a]["k2"]["lds"] == 1
+    assert found[b] == {"k1": {**dict.fromkeys(CLASS_NAMES, 0), "valu": 1}}
