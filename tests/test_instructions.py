@@ -133,3 +133,14 @@ def test_output_of_several_files_splits_by_file_and_function() -> None:
     found = _parse(text, [a, b])
     assert found[a]["k1"]["mfma"] == 1 and found[a]["k1"]["branch"] == 1 and found[a]["k2"]["lds"] == 1
     assert found[b] == {"k1": {**dict.fromkeys(CLASS_NAMES, 0), "valu": 1}}
+
+
+def test_attention_warm_forks_match_fresh_processes(attention: tuple[Path, list], tmp_path: Path) -> None:
+    """The warm zygote (which pre-imports FlyDSL's lazily loaded modules and freezes the GC) gives
+    the same bytes as a fresh interpreter per row, for every attention family."""
+    project, rows = attention
+    out = tmp_path / "fresh"
+    run_farm(project, "build", _selection(rows), f"outputs_dir={out}", "executor.warm=false", check=True)
+    for op, target, name, _ in rows:
+        warm = project / "outputs" / op / target / f"{name}.hsaco"
+        assert (out / op / target / f"{name}.hsaco").read_bytes() == warm.read_bytes(), (op, target, name)

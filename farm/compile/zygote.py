@@ -11,6 +11,8 @@ the parent writes a job {request, result, log, env, cwd, timeout_s} and the zygo
 
 from __future__ import annotations
 
+import gc
+import importlib
 import json
 import os
 import signal
@@ -18,9 +20,21 @@ import sys
 import tempfile
 import traceback
 
+# Modules FlyDSL 0.3.4 imports lazily during a process's first compile (measured on every kernel
+# family here). Importing them once in the zygote instead of in every child cut a forked RMSNorm
+# compile from ~0.23 s to ~0.17 s. Only imports: no compile ever runs in the zygote, because a child
+# forked after a compile can deadlock on locks held by the compiler's threads.
+LAZY_MODULES = (
+    "flydsl._mlir.dialects.builtin", "flydsl._mlir.dialects.rocdl", "flydsl._mlir.dialects.fly_rocdl",
+    "flydsl.compiler.llvm_options", "flydsl.expr.rocdl", "flydsl.extension.coop",
+)
+
 
 def _run_child(job: dict) -> int:
     """In the forked child: become a fresh compile process for this job."""
+    # A compile lives for a fraction of a second and its memory goes when it exits: cyclic GC would
+    # only touch (and so copy) pages shared with the zygote.
+    gc.disable()
     fd = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -42,6 +56,12 @@ def serve() -> None:
 
     from . import lowering  # noqa: F401
 
+    for name in LAZY_MODULES:
+        importlib.import_module(name)
+    # Move everything imported so far out of the collector's reach: the children then do not write
+    # to (copy-on-write fault) those objects' pages.
+    gc.collect()
+    gc.freeze()
     sys.stdout.write(json.dumps({"ready": True}) + "\n")  # the parent times the warm-up apart from compiles
     sys.stdout.flush()
     for line in sys.stdin:
