@@ -161,7 +161,22 @@ def ray_temp() -> Iterator[Path]:
         yield root
     _remember([p for p in _descendants(os.getpid()) if p.pid not in before])
     _kill(list(_REAP.values()))
+    # Nothing of this module's Ray may outlive it: no process may still use its temp directory.
+    left = [p for p in psutil.process_iter() if p.pid != os.getpid() and _uses(p, str(root))]
+    named = [f"{p.pid} {' '.join(p.cmdline())[:100]}" for p in left if p.is_running()]
+    _kill(left)
     shutil.rmtree(root, ignore_errors=True)
+    assert not named, f"processes left behind: {named}"
+
+
+def _uses(proc: psutil.Process, root: str) -> bool:
+    """Does the process run from, or hold a file in, `root` (a private Ray temp directory)?"""
+    try:
+        if any(root in arg for arg in proc.cmdline()) or proc.cwd().startswith(root):
+            return True
+        return any(f.path.startswith(root) for f in proc.open_files())
+    except psutil.Error:
+        return False
 
 
 @pytest.fixture(scope="module")
@@ -389,7 +404,8 @@ def test_worker_node_killed_mid_build(cluster: Any, project: Path, guard: dict[s
             assert time.monotonic() < deadline, "no row ever started on a worker node"
             victim = next((node for node in workers if in_flight(node)), None)
             time.sleep(0.02)
-        doomed = _descendants(raylet_pid(victim))
+        # The raylet first, so that it cannot restart what dies under it.
+        doomed = [psutil.Process(raylet_pid(victim)), *_descendants(raylet_pid(victim))]
         _remember(doomed)
         _kill(doomed)
         killed_at = time.time()
@@ -405,7 +421,6 @@ def test_worker_node_killed_mid_build(cluster: Any, project: Path, guard: dict[s
             build.wait()
     text = (tmp_path / "build.log").read_text()
     assert code == 0, text
-    print("\nKILL", interrupted, "victim", victim.node_id[:8], "written_at_kill", written_at_kill)
     assert written_at_kill < ROWS, "the node died after the build had everything"
 
     report = json.loads((reports / "latest-build.json").read_text())
