@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,12 @@ class RayExecutor:
                 if not address or address == "???":
                     raise FarmError("executor=cluster needs an address", "add executor.address=HOST:PORT")
                 farm_dir = str(Path(__file__).resolve().parent)
-                ray.init(address=address, runtime_env={"py_modules": [farm_dir]}, **common)
+                # Without a working_dir, Ray puts the driver's working directory first on every
+                # worker's sys.path: run from a checkout, a node's own files at that path would shadow
+                # the farm shipped in py_modules. An empty working_dir keeps workers off the driver's paths.
+                with tempfile.TemporaryDirectory(prefix="farm-job-") as empty:
+                    ray.init(address=address, runtime_env={"py_modules": [farm_dir], "working_dir": empty},
+                             **common)
             else:
                 raise FarmError(f"unknown executor kind {kind!r}; accepted: local, cluster",
                                 "use executor=local or executor=cluster executor.address=...")

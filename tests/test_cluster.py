@@ -3,15 +3,16 @@ worker nodes, all on 127.0.0.1), real compiles of a small rmsnorm table for one 
 a worker node killed mid-build, the driver killed mid-build, a node whose toolchain differs.
 
 What "the worker nodes share no disk with the driver" means here, and what is proven: the nodes are
-processes on this machine, so they *could* read the project. Every Python process of a worker node
-runs a test-only `sitecustomize` (through the node's PYTHONPATH) whose audit hook refuses, and logs,
-any open / listdir / scandir / chdir under the project directory; the build's Ray workers are shown
-to run under it, a probe task shows it bites, and the build must log no refusal. The farm driver runs
-from an unrelated working directory (Ray adds the driver's cwd to the workers' sys.path). The
-compile processes the workers start (warm server, forked compiles) get a scrubbed environment, so
-the hook does not follow them; they are told only the request, and the test checks that no request
-and no source name carries a path of the driver's disk. Not proven: C-level reads by native code
-(raylet, LLVM), and anything about a second machine's filesystem layout or network.
+processes on this machine, so they *could* read the driver's files. Every Python process of a worker
+node runs a test-only `sitecustomize` (through the node's PYTHONPATH) whose audit hook refuses, and
+logs, any open / listdir / scandir / chdir under the project directory or the driver's `farm`
+package directory; the build's Ray workers are shown to run under it, a probe task shows it bites,
+and a build (run from the project directory, as documented) must log no refusal. So the workers'
+kernel sources came from the object store and their farm code from Ray's runtime_env. The compile
+processes the workers start (warm server, forked compiles) get a scrubbed environment, so the hook
+does not follow them; they are told only the request, and the test checks that no request and no
+source name carries a path of the driver's disk. Not proven: C-level reads by native code (raylet,
+LLVM), and anything about a second machine's filesystem layout or network.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ import psutil
 import pytest
 from conftest import last_line, run_farm, small_copy
 
+import farm
+
 # Ray reads this when it is imported, and every node this module starts inherits it: with it, the
 # nodes advertise and bind 127.0.0.1 (INFRA.md). Set before anything here imports ray.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
@@ -40,6 +43,7 @@ os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 
 TARGET = "gfx942"
 ROWS = 6  # the small rmsnorm table (conftest) for one target
+FARM_PACKAGE = Path(farm.__file__).resolve().parent  # the driver's farm code
 LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
 PIN_DIFF = "flydsl: pinned '0.3.4', found '0.3.3'"
 
@@ -48,7 +52,7 @@ GUARD_SITECUSTOMIZE = '''\
 import os
 import sys
 
-_FORBID = os.environ.get("FARM_TEST_FORBID")
+_FORBID = [p for p in os.environ.get("FARM_TEST_FORBID", "").split(os.pathsep) if p]
 _LOG = os.environ.get("FARM_TEST_FORBID_LOG")
 
 
@@ -67,7 +71,7 @@ def _hook(event, args):
     if path is None or isinstance(path, int):
         return
     full = os.path.abspath(os.fsdecode(path))
-    if full == _FORBID or full.startswith(_FORBID + os.sep):
+    if any(full == root or full.startswith(root + os.sep) for root in _FORBID):
         _note(f"DENIED {event} {full} pid {os.getpid()} {' '.join(sys.argv)}")
         raise PermissionError(f"{full}: the driver's disk is not reachable from this node (test guard)")
 
@@ -209,7 +213,7 @@ def guard(project: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     meta.mkdir(parents=True)
     (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: flydsl\nVersion: 0.3.3\n")
     return {"root": str(where), "site": str(where / "site"), "fake": str(where / "fake-flydsl"),
-            "log": where / "guard.log", "project": str(project.resolve())}
+            "log": where / "guard.log", "forbid": [str(project.resolve()), str(FARM_PACKAGE)]}
 
 
 # Each worker node's own temp directory (its compiles' private work dirs land there), by node id.
@@ -221,7 +225,7 @@ def add_worker(cluster: Any, guard: dict[str, Any], *extra_path: str) -> Any:
     with a temp directory of its own."""
     path = os.pathsep.join([guard["site"], *extra_path, *filter(None, [os.environ.get("PYTHONPATH")])])
     tmp = Path(tempfile.mkdtemp(prefix="node-", dir=guard["root"]))
-    with environment(PYTHONPATH=path, TMPDIR=str(tmp), FARM_TEST_FORBID=guard["project"],
+    with environment(PYTHONPATH=path, TMPDIR=str(tmp), FARM_TEST_FORBID=os.pathsep.join(guard["forbid"]),
                      FARM_TEST_FORBID_LOG=str(guard["log"])):
         node = cluster.add_node(num_cpus=1)
     NODE_TMP[node.node_id] = tmp
@@ -271,10 +275,17 @@ def assert_loopback(cluster: Any) -> None:
     """Every node advertises 127.0.0.1, and every socket of the cluster's processes is on loopback."""
     import ray
 
-    alive = [n for n in ray.nodes() if n["Alive"]]
-    assert {n["NodeManagerAddress"] for n in alive} == {"127.0.0.1"}, alive
-    assert {n["NodeID"] for n in alive} == {cluster.head_node.node_id} | {n.node_id for n in cluster.worker_nodes}
-    for proc in _descendants(os.getpid()):
+    nodes = ray.nodes()
+    assert {n["NodeManagerAddress"] for n in nodes} == {"127.0.0.1"}, nodes
+    alive = {n["NodeID"] for n in nodes if n["Alive"]}
+    assert alive == {cluster.head_node.node_id} | {n.node_id for n in cluster.worker_nodes}
+    assert_sockets_on_loopback(_descendants(os.getpid()))
+
+
+def assert_sockets_on_loopback(procs: list[psutil.Process]) -> int:
+    """Every inet socket of these processes is on loopback; returns how many there were."""
+    count = 0
+    for proc in procs:
         try:
             conns = proc.net_connections(kind="inet")
         except psutil.Error:
@@ -282,6 +293,8 @@ def assert_loopback(cluster: Any) -> None:
         for c in conns:
             assert c.laddr.ip in LOOPBACK, f"{proc.name()} {proc.pid} bound to {c.laddr}"
             assert not c.raddr or c.raddr.ip in LOOPBACK, f"{proc.name()} {proc.pid} talks to {c.raddr}"
+            count += 1
+    return count
 
 
 def on_node(node: Any, fn: Any, *args: Any) -> Any:
@@ -297,9 +310,9 @@ def on_node(node: Any, fn: Any, *args: Any) -> Any:
     return ray.get(task.remote(*args), timeout=120)
 
 
-def _probe_project(path: str) -> str:
+def _probe_read(path: str) -> str:
     try:
-        with open(os.path.join(path, "conf", "config.yaml"), "rb"):
+        with open(path, "rb"):
             return "readable"
     except PermissionError as exc:
         return f"refused: {exc}"
@@ -313,9 +326,9 @@ def _probe_flydsl() -> tuple[str, str]:
     return importlib.metadata.version("flydsl"), str(spec.origin if spec else None)
 
 
-def cluster_build(project: Path, cluster: Any, cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
-    cwd.mkdir(exist_ok=True)
-    return run_farm(project, "build", "executor=cluster", f"executor.address={cluster.address}", *overrides, cwd=cwd)
+def cluster_build(project: Path, cluster: Any, *overrides: str) -> subprocess.CompletedProcess:
+    """`farm build executor=cluster` from the project directory (Ray tells workers the driver's cwd)."""
+    return run_farm(project, "build", "executor=cluster", f"executor.address={cluster.address}", *overrides)
 
 
 def guard_log(guard: dict[str, Any]) -> list[str]:
@@ -333,10 +346,11 @@ def test_rows_run_on_worker_nodes_and_match_a_local_build(cluster: Any, project:
     assert cluster.head_node.node_id[:8] not in worker_ids
     # The guard bites on every worker node (a control: without it the no-refusal check below means nothing).
     for node in workers:
-        assert on_node(node, _probe_project, guard["project"]).startswith("refused:")
+        for path in (project / "conf" / "config.yaml", FARM_PACKAGE / "executor.py"):
+            assert on_node(node, _probe_read, str(path)).startswith("refused:")
     seen = len(guard_log(guard))
 
-    proc = cluster_build(project, cluster, tmp_path / "elsewhere")
+    proc = cluster_build(project, cluster)
     assert proc.returncode == 0, proc.stderr
     assert f"rows={ROWS} up_to_date=0 to_build={ROWS}" in proc.stderr
 
@@ -353,9 +367,10 @@ def test_rows_run_on_worker_nodes_and_match_a_local_build(cluster: Any, project:
     assert check.returncode == 0, check.stdout
     assert last_line(check.stdout) == f"checked {ROWS} objects in 1 directories: no drift"
 
-    # No process of a worker node touched the project; the build's own Ray workers ran guarded.
+    # No process of a worker node touched the project or the driver's farm package; Ray workers ran guarded.
     new = guard_log(guard)[seen:]
-    assert not [line for line in new if line.startswith("DENIED")], new
+    denied = [line for line in new if line.startswith("DENIED")]
+    assert not denied, "a worker node touched the driver's disk:\n" + "\n".join(denied)
     assert any(line.startswith("ARMED") and "default_worker" in line for line in new), new
     # What the driver hands a worker names no path of its disk: sources by relative name, requests by value.
     from farm.build import _request
@@ -388,12 +403,12 @@ def test_worker_node_killed_mid_build(cluster: Any, project: Path, guard: dict[s
                                       reference: dict[str, bytes], tmp_path: Path) -> None:
     workers = set_worker_nodes(cluster, guard, 2)
     out, reports = tmp_path / "outputs", tmp_path / "reports"
-    (tmp_path / "elsewhere").mkdir()
     cmd = [sys.executable, "-m", "farm.cli", "build", "executor=cluster", f"executor.address={cluster.address}",
            f"outputs_dir={out}", f"report_dir={reports}"]
-    env = dict(os.environ, FARM_PROJECT=str(project))
+    env = dict(os.environ)
+    env.pop("FARM_PROJECT", None)
     with open(tmp_path / "build.log", "wb") as log:
-        build = subprocess.Popen(cmd, cwd=tmp_path / "elsewhere", env=env, stdout=log, stderr=subprocess.STDOUT)
+        build = subprocess.Popen(cmd, cwd=project, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         # Wait until a row is in flight on a worker node; that node dies, as a machine would: its Ray
         # workers, warm servers and compiles first (no result can leave it), then the node itself.
@@ -404,6 +419,8 @@ def test_worker_node_killed_mid_build(cluster: Any, project: Path, guard: dict[s
             assert time.monotonic() < deadline, "no row ever started on a worker node"
             victim = next((node for node in workers if in_flight(node)), None)
             time.sleep(0.02)
+        # Mid-build, the driver (a Ray client of the cluster) talks to it over loopback only.
+        assert assert_sockets_on_loopback([psutil.Process(build.pid)]) > 0
         # The raylet first, so that it cannot restart what dies under it.
         doomed = [psutil.Process(raylet_pid(victim)), *_descendants(raylet_pid(victim))]
         _remember(doomed)
@@ -455,8 +472,7 @@ def test_worker_with_another_toolchain_fails_its_rows(cluster: Any, project: Pat
         assert on_node(good, _probe_flydsl)[0] == "0.3.4"
 
         out, reports = tmp_path / "outputs", tmp_path / "reports"
-        proc = cluster_build(project, cluster, tmp_path / "elsewhere", f"outputs_dir={out}",
-                             f"report_dir={reports}")
+        proc = cluster_build(project, cluster, f"outputs_dir={out}", f"report_dir={reports}")
         report = json.loads((reports / "latest-build.json").read_text())
         rows = report["rows"]
         assert len(rows) == ROWS
@@ -486,16 +502,18 @@ def test_worker_with_another_toolchain_fails_its_rows(cluster: Any, project: Pat
     set_worker_nodes(cluster, guard, 2)
 
 
-def test_driver_killed_mid_build_resumes(project: Path, reference: dict[str, bytes], tmp_path: Path) -> None:
+def test_driver_killed_mid_build_resumes(project: Path, reference: dict[str, bytes], tmp_path: Path,
+                                        ray_temp: Path) -> None:
     """The local executor: the driver owns a private Ray (gcs_server, raylet, workers) that a SIGKILL orphans."""
     out, reports = tmp_path / "outputs", tmp_path / "reports"
-    ray_tmp = short_tmp("fd-")
+    ray_tmp = Path(tempfile.mkdtemp(prefix="d-", dir=ray_temp))  # swept at the end of the module
     env = dict(os.environ, RAY_TMPDIR=str(ray_tmp))
     env.pop("FARM_PROJECT", None)
     # One worker: rows finish one at a time, so the kill lands between two objects.
     cmd = [sys.executable, "-m", "farm.cli", "build", f"outputs_dir={out}", f"report_dir={reports}",
            "executor.num_cpus=1"]
     seen: dict[int, psutil.Process] = {}
+    driver = None
     try:
         with open(tmp_path / "killed.log", "wb") as log:
             driver = subprocess.Popen(cmd, cwd=project, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -512,14 +530,12 @@ def test_driver_killed_mid_build_resumes(project: Path, reference: dict[str, byt
         os.kill(driver.pid, signal.SIGKILL)  # the driver only, not its process group
         driver.wait()
         done = recorded(out)
-        # What the driver left behind: its Ray processes (by pid, found as its descendants) and anything
-        # still in its process group.
-        group = [p for p in psutil.process_iter() if _pgid(p.pid) == driver.pid]
-        orphans = [p for p in [*seen.values(), *group] if p.is_running()]
-        assert orphans, "a SIGKILLed driver leaves its Ray processes behind; none found (the test cannot see them)"
     finally:
+        # What the driver leaves behind (its Ray: gcs_server, raylet, workers, warm servers), by pid:
+        # its descendants as seen while it ran, and anything still in its process group.
         _remember(list(seen.values()))
-        _kill(list(seen.values()) + [p for p in psutil.process_iter() if _pgid(p.pid) == driver.pid])
+        group = [p for p in psutil.process_iter() if driver and _pgid(p.pid) == driver.pid]
+        _kill(list(seen.values()) + group)
     assert not [p for p in seen.values() if p.is_running()]
     assert 1 <= len(done) < ROWS, f"{len(done)} of {ROWS} objects were written when the driver died"
 
@@ -538,7 +554,6 @@ def test_driver_killed_mid_build_resumes(project: Path, reference: dict[str, byt
     assert tree_bytes(out) == reference
     check = run_farm(project, "check", f"outputs_dir={out}")
     assert check.returncode == 0, check.stdout
-    shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def _pgid(pid: int) -> int | None:
