@@ -174,7 +174,7 @@ def ray_temp() -> Iterator[Path]:
 
 
 def _uses(proc: psutil.Process, root: str) -> bool:
-    """Does the process run from, or hold a file in, `root` (a private Ray temp directory)?"""
+    """Does the process run from, or hold a file in, `root` (this module's Ray and node temp dirs)?"""
     try:
         if any(root in arg for arg in proc.cmdline()) or proc.cwd().startswith(root):
             return True
@@ -212,7 +212,7 @@ def guard(project: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     meta = where / "fake-flydsl" / "flydsl-0.3.3.dist-info"
     meta.mkdir(parents=True)
     (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: flydsl\nVersion: 0.3.3\n")
-    return {"root": str(where), "site": str(where / "site"), "fake": str(where / "fake-flydsl"),
+    return {"site": str(where / "site"), "fake": str(where / "fake-flydsl"),
             "log": where / "guard.log", "forbid": [str(project.resolve()), str(FARM_PACKAGE)]}
 
 
@@ -224,11 +224,16 @@ def add_worker(cluster: Any, guard: dict[str, Any], *extra_path: str) -> Any:
     """A 1-CPU worker node whose processes cannot touch the project (and see `extra_path` first),
     with a temp directory of its own."""
     path = os.pathsep.join([guard["site"], *extra_path, *filter(None, [os.environ.get("PYTHONPATH")])])
-    tmp = Path(tempfile.mkdtemp(prefix="node-", dir=guard["root"]))
+    # Under the module's Ray temp dir, whose users are swept at the end (a node's orphaned compiles too).
+    tmp = Path(tempfile.mkdtemp(prefix="node-", dir=os.environ["RAY_TMPDIR"]))
     with environment(PYTHONPATH=path, TMPDIR=str(tmp), FARM_TEST_FORBID=os.pathsep.join(guard["forbid"]),
                      FARM_TEST_FORBID_LOG=str(guard["log"])):
         node = cluster.add_node(num_cpus=1)
     NODE_TMP[node.node_id] = tmp
+    # Compiles on the nodes (the raylet's future children) yield the CPU to this test's polling, on 2 cores.
+    for proc in [psutil.Process(raylet_pid(node)), *_descendants(raylet_pid(node))]:
+        with contextlib.suppress(psutil.Error):
+            proc.nice(10)
     return node
 
 
@@ -410,23 +415,28 @@ def test_worker_node_killed_mid_build(cluster: Any, project: Path, guard: dict[s
     with open(tmp_path / "build.log", "wb") as log:
         build = subprocess.Popen(cmd, cwd=project, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        # Wait until a row is in flight on a worker node; that node dies, as a machine would: its Ray
-        # workers, warm servers and compiles first (no result can leave it), then the node itself.
+        # Once objects are being written, wait for a row in flight on a worker node; that node dies, as
+        # a machine would: its Ray workers, warm servers and compiles first (no result can leave it),
+        # then the node itself.
         deadline = time.monotonic() + 300
         victim = None
         while victim is None:
             assert build.poll() is None, (tmp_path / "build.log").read_text()
-            assert time.monotonic() < deadline, "no row ever started on a worker node"
-            victim = next((node for node in workers if in_flight(node)), None)
+            assert time.monotonic() < deadline, "no row was in flight on a worker node after the first objects"
+            if len(recorded(out)) >= 2:
+                victim = next((node for node in workers if in_flight(node)), None)
             time.sleep(0.02)
         # Mid-build, the driver (a Ray client of the cluster) talks to it over loopback only.
         assert assert_sockets_on_loopback([psutil.Process(build.pid)]) > 0
         # The raylet first, so that it cannot restart what dies under it.
         doomed = [psutil.Process(raylet_pid(victim)), *_descendants(raylet_pid(victim))]
-        _remember(doomed)
-        _kill(doomed)
+        for proc in doomed:  # at once, the raylet first (so it restarts nothing); reaped below
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
         killed_at = time.time()
         written_at_kill = len(recorded(out))
+        _remember(doomed)
+        _kill(doomed)
         # The rows whose work the kill cut off: their work dirs were never cleaned up.
         interrupted = in_flight(victim)
         cluster.remove_node(victim, allow_graceful=False)
@@ -438,7 +448,7 @@ def test_worker_node_killed_mid_build(cluster: Any, project: Path, guard: dict[s
             build.wait()
     text = (tmp_path / "build.log").read_text()
     assert code == 0, text
-    assert written_at_kill < ROWS, "the node died after the build had everything"
+    assert 2 <= written_at_kill < ROWS, "the node died after the build had everything"
 
     report = json.loads((reports / "latest-build.json").read_text())
     rows = {r["key"]: r for r in report["rows"]}
