@@ -24,9 +24,10 @@ from .trace import chrome_trace
 from .verify import describe, problems
 
 STDERR_TAIL_LINES = 40
-# Per row in the build report: timings, where it ran, its peak memory, what the compiler said.
+# Per row in the build report: timings, where it ran and with which toolchain, its peak memory, what the
+# compiler said.
 REPORT_FIELDS = ("key", "ok", "seconds", "warmup_seconds", "compile_seconds", "started_unix", "finished_unix",
-                 "node", "worker", "pid", "max_rss_mib", "warnings", "error", "stderr")
+                 "node", "worker", "pid", "toolchain", "max_rss_mib", "warnings", "error", "stderr")
 
 
 def _request(cfg: FarmConfig, row: Row) -> dict[str, Any]:
@@ -143,7 +144,7 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row], log: 
                     built += 1
                 else:
                     failures.append((row, refused or "", result.get("stderr") or ""))
-                    bar.write(f"FAILED {row.key}: {refused}")
+                    bar.write(f"FAILED {row.key}: {refused}", file=log)
                 report["rows"].append({k: result.get(k) for k in REPORT_FIELDS}
                                       | {"written": entry is not None, "refused": refused})
                 bar.update(1)

@@ -47,6 +47,27 @@ def test_every_target_built_and_verified(built: Path) -> None:
     assert last_line(check.stdout) == f"checked {5 * SMALL_ROWS_PER_TARGET} objects in 5 directories: no drift"
 
 
+def test_build_report_and_timeline(built: Path) -> None:
+    """Per row: compile seconds, worker, toolchain, peak memory, warnings; a Chrome trace, one lane per worker."""
+    reports = sorted((built / ".farm" / "reports").glob("build-*[0-9].json"))
+    path = next(p for p in reports if json.loads(p.read_text())["built"] == 5 * SMALL_ROWS_PER_TARGET)
+    rows = json.loads(path.read_text())["rows"]
+    workers = {r["worker"] for r in rows}
+    for r in rows:
+        assert r["ok"] and r["written"] and 0 < r["compile_seconds"] <= r["seconds"]
+        assert r["worker"].startswith(r["node"] + " pid ") and r["node"].split("/")[1] == "127.0.0.1"
+        assert r["toolchain"]["flydsl"] == "0.3.4" and r["toolchain"]["linker"]["version"] == "LLD 22.1.8"
+        assert r["max_rss_mib"] > 50 and r["warnings"] == []
+    # Each worker paid the warm-up (imports) once, on its first row, and never again.
+    assert sorted(r["worker"] for r in rows if r["warmup_seconds"] > 0) == sorted(workers)
+    trace = json.loads(path.with_name(path.stem + ".trace.json").read_text())["traceEvents"]
+    spans = [e for e in trace if e["ph"] == "X"]
+    assert sorted(e["name"] for e in spans) == sorted(r["key"] for r in rows)
+    assert all(e["dur"] > 0 and e["ts"] >= 0 for e in spans)
+    lanes = {(e["pid"], e["tid"]) for e in trace if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert lanes == {(e["pid"], e["tid"]) for e in spans} and len(lanes) == len(workers)
+
+
 def test_noop_build_compiles_nothing(built: Path) -> None:
     before = tree_bytes(built / "outputs")
     plan = run_farm(built, "plan")
