@@ -196,11 +196,19 @@ def test_upstream_moved_is_reported(setup: tuple[Path, Path, str]) -> None:
         f"clean                    {CONSTS_REL}\n"
         f"clean                    {UTIL_REL}\n"
         "2 file(s): 2 clean\n")
+    removed = f"FAIL: 1 vendored file(s) were removed upstream by the checkout's commit {second}\n"
     proc = vendor(project, "diff", f"from={repo}")
-    assert (proc.returncode, proc.stdout) == (0, expected_head), proc.stderr
+    assert (proc.returncode, proc.stdout) == (1, expected_head + removed), proc.stderr
     proc = vendor(project, "diff", f"from={repo}", "pinned=true")
     assert proc.returncode == 1
-    assert proc.stdout == expected_head + "FAIL: the checkout is not at the pinned commit (pinned=true)\n"
+    assert proc.stdout == expected_head + removed + "FAIL: the checkout is not at the pinned commit (pinned=true)\n"
+    # Upstream only changed (nothing removed): reported, exit 0 unless pinned=true.
+    third = commit_files(repo, {"kernels/util.py": UTIL}, "util is back")
+    proc = vendor(project, "diff", f"from={repo}")
+    assert proc.returncode == 0, proc.stdout
+    assert f"pinned {first}, checkout at {third}: the checkout is not at the pinned commit\n" in proc.stdout
+    assert f"  changed upstream since the pinned commit: helpers/consts.py ({CONSTS_REL})\n" in proc.stdout
+    assert "removed upstream" not in proc.stdout
 
     # Moving the pin: a locally modified file is kept unless forced; a clean one is updated.
     path = project / CONSTS_REL

@@ -1,6 +1,7 @@
 """`farm vendor diff`: every vendored file of an upstream against its blob at the pinned commit.
 
-Exit 1 when a vendored file has no upstream counterpart at its pinned commit (or is gone locally),
+Exit 1 when a vendored file has no upstream counterpart at its pinned commit, or upstream removed it by
+the checkout's commit (or it is gone locally),
 with pinned=true when the checkout is not at the pinned commit, and with strict=true when a
 difference is not covered by a recorded modification; 0 otherwise.
 """
@@ -37,9 +38,12 @@ def pick_upstream(data: dict[str, Any], given: str | None) -> str:
     return names[0]
 
 
-def _moved(project: Project, checkout: Checkout, head: str, files: dict[str, dict[str, Any]]) -> list[str]:
-    """Where the checkout is not at the pinned commit(s): what changed upstream since, per vendored file."""
+def _moved(project: Project, checkout: Checkout, head: str,
+           files: dict[str, dict[str, Any]]) -> tuple[list[str], int]:
+    """Where the checkout is not at the pinned commit(s): what changed upstream since, per vendored file;
+    and how many vendored files upstream has removed by the checkout's commit."""
     lines = []
+    removed = 0
     for commit in sorted({rec["commit"] for rec in files.values()}):
         if commit == head:
             continue
@@ -51,10 +55,11 @@ def _moved(project: Project, checkout: Checkout, head: str, files: dict[str, dic
                 continue
             was, now = checkout.blob(commit, rec["path"]), checkout.blob(head, rec["path"])
             if now is None and was is not None:
+                removed += 1
                 lines.append(f"  removed upstream since the pinned commit: {rec['path']} ({project.show(rel)})")
             elif now != was:
                 lines.append(f"  changed upstream since the pinned commit: {rec['path']} ({project.show(rel)})")
-    return lines
+    return lines, removed
 
 
 def _print_file(project: Project, rel: str, rec: dict[str, Any], result: Comparison) -> None:
@@ -84,7 +89,7 @@ def diff(project: Project, opts: dict[str, str]) -> int:
     files = {rel: rec for rel, rec in data["files"].items() if rec["upstream"] == name}
     head = checkout.head()
     print(f"upstream {name}: {len(files)} vendored file(s); checkout {checkout.path} at {head}")
-    moved = _moved(project, checkout, head, files)
+    moved, removed = _moved(project, checkout, head, files)
     for line in moved:
         print(line)
 
@@ -98,6 +103,9 @@ def diff(project: Project, opts: dict[str, str]) -> int:
     failures = []
     if counts[MISSING]:
         failures.append(f"{counts[MISSING]} vendored file(s) have no upstream counterpart at the pinned commit")
+    if removed:
+        # Upstream no longer has the file: nothing to follow or send fixes to, so the user must decide.
+        failures.append(f"{removed} vendored file(s) were removed upstream by the checkout's commit {head}")
     if counts[MISSING_LOCAL]:
         failures.append(f"{counts[MISSING_LOCAL]} vendored file(s) are missing locally")
     if pinned and moved:
