@@ -101,3 +101,20 @@ def test_missing_linker_is_named_before_compiling(tmp_path: Path) -> None:
     assert "linker missing" in proc.stderr and "zig is not an executable" in proc.stderr
     assert "fix: reinstall" in proc.stderr
     assert not (project / "outputs").exists()
+
+
+def test_dead_zygotes_leave_no_directories(tmp_path: Path) -> None:
+    """Ray ends workers by signal, so a zygote's private directory is swept by the next zygote instead."""
+    import subprocess
+
+    from farm.compile.isolate import sweep_dead_zygote_homes
+
+    dead_proc = subprocess.Popen(["true"])  # a pid that has exited and been reaped
+    dead_proc.wait()
+    for name, pid in (("farm-zygote-dead", dead_proc.pid), ("farm-zygote-live", os.getpid())):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "zygote.pid").write_text(str(pid))
+    (tmp_path / "farm-zygote-starting").mkdir()  # no pid file yet: left alone
+    (tmp_path / "unrelated").mkdir()
+    sweep_dead_zygote_homes(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["farm-zygote-live", "farm-zygote-starting", "unrelated"]

@@ -75,6 +75,7 @@ class Zygote:
     """This worker's warm compile server (farm.compile.zygote), started on first use."""
 
     def __init__(self) -> None:
+        sweep_dead_zygote_homes(Path(tempfile.gettempdir()))
         self.home = Path(tempfile.mkdtemp(prefix="farm-zygote-"))
         (self.home / "home").mkdir()
         (self.home / "tmp").mkdir()
@@ -82,6 +83,7 @@ class Zygote:
         self.log = open(self.home / "zygote.log", "wb")  # noqa: SIM115 (lives as long as the zygote)
         self.proc = subprocess.Popen([sys.executable, "-m", "farm.compile.zygote"], cwd=self.home, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
+        (self.home / "zygote.pid").write_text(str(self.proc.pid))
         started = time.monotonic()
         assert self.proc.stdout is not None
         self.ready = bool(self.proc.stdout.readline())  # empty: it died importing (startup_log says why)
@@ -106,6 +108,19 @@ class Zygote:
     def startup_log(self) -> str:
         self.log.flush()
         return (self.home / "zygote.log").read_text(errors="replace")
+
+
+def sweep_dead_zygote_homes(tmp: Path) -> None:
+    """Remove the private directories of zygotes that are gone. Ray ends its workers (and with them
+    their zygotes) by signal, so nothing runs at their exit to clean up."""
+    for home in tmp.glob("farm-zygote-*"):
+        try:
+            pid = int((home / "zygote.pid").read_text())
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(home, ignore_errors=True)
+        except (OSError, ValueError):
+            continue  # still starting, or not ours to judge
 
 
 _ZYGOTE: Zygote | None = None
