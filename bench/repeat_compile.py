@@ -1,0 +1,68 @@
+"""Compile one row many times, each in a fresh isolated process, and print how often each output occurs.
+
+    python bench/repeat_compile.py op/target/name [runs=48] [dump_ir=false]
+
+A reproducible compiler gives one SHA256. This measured the known problem in README ("Known problem"):
+sdpa_rdna/gfx11-generic/sdpa_rdna_f16_d128_mask-causal_bias-none gave a second output in 2 of 48 runs
+(14 of 50 with dump_ir=true, which also keeps FlyDSL's per-stage IR of every run under the printed
+directory, to compare stage by stage).
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from farm import config as config_mod
+from farm.build import _request
+from farm.compile.isolate import child_environment
+from farm.expand import fresh_rows
+from farm.toolchain import write_linker_shim
+
+
+def main(args: list[str]) -> int:
+    keys = [a for a in args if "=" not in a]
+    opts = dict(a.split("=", 1) for a in args if "=" in a)
+    if len(keys) != 1 or set(opts) - {"runs", "dump_ir"}:
+        raise SystemExit(__doc__)
+    op, target, name = keys[0].split("/")
+    cfg = config_mod.load(config_mod.find_project_root(), [f"ops=[{op}]", f"targets=[{target}]"])
+    rows, _ = fresh_rows(cfg)
+    row = next((r for r in rows if r.name == name), None)
+    if row is None:
+        raise SystemExit(f"no row {keys[0]} in instances/")
+    root = Path(tempfile.mkdtemp(prefix="farm-repeat-"))
+    dump = opts.get("dump_ir", "false") == "true"
+
+    def one(i: int) -> str:
+        work = root / f"run{i:03d}"
+        for sub in ("home", "tmp"):
+            (work / sub).mkdir(parents=True)
+        write_linker_shim(work / "rocm", cfg.toolchain_pin.get("linker"))
+        env = child_environment(work, cfg.targets[row.target].as_dict())
+        if dump:
+            env |= {"FLYDSL_DUMP_IR": "1", "FLYDSL_DUMP_DIR": str(work / "dump")}
+        (work / "request.json").write_text(json.dumps(dict(_request(cfg, row), kernels_root=str(cfg.kernels_dir))))
+        subprocess.run([sys.executable, "-m", "farm.compile.worker", str(work / "request.json"),
+                        str(work / "object.bin")], env=env, cwd=work, check=True, capture_output=True)
+        return hashlib.sha256((work / "object.bin").read_bytes()).hexdigest()
+
+    runs = int(opts.get("runs", "48"))
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        digests = list(pool.map(one, range(runs)))
+    for digest, count in collections.Counter(digests).most_common():
+        where = [f"run{i:03d}" for i, d in enumerate(digests) if d == digest][:5]
+        print(f"{count:4d} x {digest[:16]}  e.g. {', '.join(where)}")
+    print(f"runs in {root}")
+    return 0 if len(set(digests)) == 1 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
