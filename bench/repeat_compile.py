@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import json
 import os
-import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from fresh_compile import compile_fresh
+
 from farm import config as config_mod
-from farm.build import _request
-from farm.compile.isolate import child_environment
 from farm.expand import fresh_rows
-from farm.toolchain import write_linker_shim
 
 
 def main(args: list[str]) -> int:
@@ -42,17 +39,10 @@ def main(args: list[str]) -> int:
     dump = opts.get("dump_ir", "false") == "true"
 
     def one(i: int) -> str:
-        work = root / f"run{i:03d}"
-        for sub in ("home", "tmp"):
-            (work / sub).mkdir(parents=True)
-        write_linker_shim(work / "rocm", cfg.toolchain_pin.get("linker"))
-        env = child_environment(work, cfg.targets[row.target].as_dict())
-        if dump:
-            env |= {"FLYDSL_DUMP_IR": "1", "FLYDSL_DUMP_DIR": str(work / "dump")}
-        (work / "request.json").write_text(json.dumps(dict(_request(cfg, row), kernels_root=str(cfg.kernels_dir))))
-        subprocess.run([sys.executable, "-m", "farm.compile.worker", str(work / "request.json"),
-                        str(work / "object.bin")], env=env, cwd=work, check=True, capture_output=True)
-        return hashlib.sha256((work / "object.bin").read_bytes()).hexdigest()
+        work, out = root / f"run{i:03d}", root / f"run{i:03d}" / "object.bin"
+        extra = {"FLYDSL_DUMP_IR": "1", "FLYDSL_DUMP_DIR": str(work / "dump")} if dump else {}
+        compile_fresh(cfg, row, work, out, extra)
+        return hashlib.sha256(out.read_bytes()).hexdigest()
 
     runs = int(opts.get("runs", "48"))
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:

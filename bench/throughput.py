@@ -30,13 +30,12 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from fresh_compile import compile_fresh, private_env
 
 from farm import config as config_mod
 from farm.build import _request
-from farm.compile.isolate import child_environment
 from farm.expand import fresh_rows
 from farm.rows import Row
-from farm.toolchain import write_linker_shim
 
 HERE = Path(__file__).resolve().parent
 
@@ -72,14 +71,6 @@ class PeakMemory:
         return self.peak_bytes / 2**30
 
 
-def _private_env(work: Path, target: dict[str, Any], linker: dict[str, Any] | None) -> dict[str, str]:
-    """The farm's own isolated compile environment, so all three ways compile the same way."""
-    for sub in ("home", "tmp"):
-        (work / sub).mkdir(parents=True, exist_ok=True)
-    write_linker_shim(work / "rocm", linker)
-    return child_environment(work, target)
-
-
 def _file_name(key: str) -> str:
     return key.replace("/", "__") + ".hsaco"
 
@@ -98,8 +89,7 @@ def way_sequential(cfg: config_mod.FarmConfig, rows: list[Row], work: Path, core
                "seconds_file": str(work / f"{target}.seconds.json"),
                "requests": [_request(cfg, r) for r in by_target[target]]}
         (work / f"{target}.json").write_text(json.dumps(job))
-        env = _private_env(tdir, job["target"], cfg.toolchain_pin.get("linker"))
-        env["PYTHONPATH"] += os.pathsep + str(HERE)
+        env = private_env(tdir, job["target"], cfg.toolchain_pin.get("linker"))
         proc = subprocess.run([sys.executable, str(HERE / "sequential_generator.py"), str(work / f"{target}.json")],
                               cwd=tdir, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -122,15 +112,7 @@ def way_fresh(cfg: config_mod.FarmConfig, rows: list[Row], work: Path, cores: in
 
     def one_row(index_row: tuple[int, Row]) -> None:
         index, row = index_row
-        rdir = work / f"row{index}"
-        env = _private_env(rdir, cfg.targets[row.target].as_dict(), cfg.toolchain_pin.get("linker"))
-        request = dict(_request(cfg, row), kernels_root=str(cfg.kernels_dir))
-        (rdir / "request.json").write_text(json.dumps(request))
-        proc = subprocess.run([sys.executable, "-m", "farm.compile.worker", str(rdir / "request.json"),
-                               str(out / _file_name(row.key))], cwd=rdir, env=env, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise SystemExit(f"fresh compile of {row.key} failed:\n{proc.stderr[-3000:]}")
-        (out / (_file_name(row.key)[: -len(".hsaco")] + ".json")).unlink()
+        compile_fresh(cfg, row, work / f"row{index}", out / _file_name(row.key))
 
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=cores) as pool:

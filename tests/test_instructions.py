@@ -31,18 +31,17 @@ def _first_name(project: Path, op: str, target: str) -> str:
     raise AssertionError(f"no {op} row for {target}")
 
 
+def _selection(rows: list[tuple[str, str, str, str]]) -> str:
+    return "names=[" + ",".join(f"{op}/{target}/{name}" for op, target, name, _ in rows) + "]"
+
+
 @pytest.fixture(scope="module")
 def attention(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[str, str, str, str]]]:
     """One object of each attention family, built for real."""
     project = copy_project(tmp_path_factory.mktemp("attention"))
     rows = [(op, target, name or _first_name(project, op, target), cls) for op, target, name, cls in ATTENTION_ROWS]
-    names = ",".join(f"{op}/{target}/{name}" for op, target, name, _ in rows)
-    run_farm(project, "build", f"names=[{names}]", check=True)
+    run_farm(project, "build", _selection(rows), check=True)
     return project, rows
-
-
-def _selection(rows: list[tuple[str, str, str, str]]) -> str:
-    return "names=[" + ",".join(f"{op}/{target}/{name}" for op, target, name, _ in rows) + "]"
 
 
 def test_attention_objects_issue_matrix_instructions(attention: tuple[Path, list]) -> None:

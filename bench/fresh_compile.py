@@ -1,0 +1,34 @@
+"""One row compiled in a fresh interpreter, in the farm's own isolated environment (for the bench scripts)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from farm.build import _request
+from farm.compile.isolate import child_environment
+from farm.config import FarmConfig
+from farm.rows import Row
+from farm.toolchain import write_linker_shim
+
+
+def private_env(work: Path, target: dict[str, Any], linker: dict[str, Any] | None) -> dict[str, str]:
+    """The environment the farm gives a compile, rooted at `work` (created with its home, tmp and linker shim)."""
+    for sub in ("home", "tmp"):
+        (work / sub).mkdir(parents=True, exist_ok=True)
+    write_linker_shim(work / "rocm", linker)
+    return child_environment(work, target)
+
+
+def compile_fresh(cfg: FarmConfig, row: Row, work: Path, out: Path, extra_env: dict[str, str] | None = None) -> None:
+    """`python -m farm.compile.worker` for `row` in `work`, writing the object to `out`; SystemExit on failure."""
+    env = private_env(work, cfg.targets[row.target].as_dict(), cfg.toolchain_pin.get("linker")) | (extra_env or {})
+    (work / "request.json").write_text(json.dumps(dict(_request(cfg, row), kernels_root=str(cfg.kernels_dir))))
+    proc = subprocess.run([sys.executable, "-m", "farm.compile.worker", str(work / "request.json"), str(out)],
+                          cwd=work, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"fresh compile of {row.key} failed:\n{proc.stderr[-3000:]}")
+    out.with_suffix(".json").unlink()  # the worker's side file (sources read, peak memory)
