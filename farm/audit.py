@@ -82,7 +82,8 @@ def rebuild_environment(vary: dict[str, bool], scratch: Path) -> tuple[dict[str,
 
 def _passthrough(overrides: list[str]) -> list[str]:
     """The user's overrides minus those the audit sets for its rebuild."""
-    mine = ("outputs_dir=", "report_dir=", "names=", "row_order=", "audit.", "executor.num_cpus=")
+    mine = ("outputs_dir=", "report_dir=", "names=", "row_order=", "audit.", "executor.num_cpus=",
+            "executor.standing=")
     return [o for o in overrides if not o.lstrip("+~").startswith(mine)]
 
 
@@ -186,7 +187,10 @@ def audit(cfg: FarmConfig, rows: list[Row], every: list[Row], overrides: list[st
         env["FARM_PROJECT"] = str(cfg.root)
         keys = [r.key for r in rows]
         command = [sys.executable, "-m", "farm.cli", "build", *_passthrough(overrides), f"outputs_dir={rebuilt}",
-                   f"report_dir={scratch / 'reports'}", f"names=[{','.join(keys)}]", *extra]
+                   f"report_dir={scratch / 'reports'}", f"names=[{','.join(keys)}]",
+                   # Its own private workers, which see the varied conditions (a standing cluster's
+                   # workers keep the conditions they started with).
+                   "++executor.standing=false", *extra]
         varied = ", ".join(n for n in VARIATIONS if vary[n]) or "nothing"
         print(f"audit: rebuilding {len(rows)} rows with varied {varied}", file=log)
         proc = subprocess.run(command, cwd=cwd or cfg.root, env=env, capture_output=True, text=True,

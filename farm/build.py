@@ -24,6 +24,8 @@ from .trace import chrome_trace
 from .verify import describe, problems
 
 STDERR_TAIL_LINES = 40
+# Manifests of a running build are rewritten at most this often (and always at its end).
+MANIFEST_FLUSH_S = 2.0
 # Per row in the build report: timings, where it ran and with which toolchain, its peak memory, what the
 # compiler said.
 REPORT_FIELDS = ("key", "ok", "seconds", "warmup_seconds", "compile_seconds", "started_unix", "finished_unix",
@@ -43,6 +45,8 @@ class DirectoryWriter:
     def __init__(self, cfg: FarmConfig) -> None:
         self.cfg = cfg
         self.entries: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+        self.unwritten: set[tuple[str, str]] = set()
+        self.flushed_at = time.monotonic()
 
     def _entries(self, op: str, target: str) -> dict[str, dict[str, Any]]:
         key = (op, target)
@@ -56,10 +60,21 @@ class DirectoryWriter:
         return self.entries[key]
 
     def write_object(self, row: Row, elf: bytes, entry: dict[str, Any]) -> None:
+        """Write the object now; its manifest entry reaches disk at the next `flush`. An object on disk
+        without its entry is rebuilt by the next build, so a kill in between loses nothing."""
         write_bytes_atomic(manifest.directory(self.cfg, row.op, row.target) / row.file_name, elf)
-        entries = self._entries(row.op, row.target)
-        entries[row.file_name] = entry
-        manifest.write_directory(self.cfg, row.op, row.target, entries)
+        self._entries(row.op, row.target)[row.file_name] = entry
+        self.unwritten.add((row.op, row.target))
+
+    def flush(self, min_interval_s: float = 0.0) -> None:
+        """Write the manifests with new entries, at most once per `min_interval_s` (rewriting a large
+        manifest for every object of a fast build cost the driver more than its verification)."""
+        if not self.unwritten or time.monotonic() - self.flushed_at < min_interval_s:
+            return
+        for op, target in sorted(self.unwritten):
+            manifest.write_directory(self.cfg, op, target, self.entries[(op, target)])
+        self.unwritten.clear()
+        self.flushed_at = time.monotonic()
 
     def prune(self, op: str, target: str, keep: set[str]) -> list[str]:
         """Remove objects and entries no row makes any more (a row deleted from conf/)."""
@@ -77,8 +92,11 @@ class DirectoryWriter:
         return gone
 
 
-def accept(cfg: FarmConfig, row: Row, result: dict[str, Any], generator: str) -> tuple[dict | None, str | None]:
-    """Check a worker's result; returns (manifest entry, None) or (None, reason it is refused)."""
+def accept(cfg: FarmConfig, row: Row, result: dict[str, Any], generator: str,
+           functions: dict[str, dict[str, int]] | str | None = None) -> tuple[dict | None, str | None]:
+    """Check a worker's result; returns (manifest entry, None) or (None, reason it is refused).
+    `functions` is the object's disassembly counts when the caller already has them (`disassemble`),
+    or the reason the disassembler could not read it."""
     if not result.get("ok"):
         return None, result.get("error") or "compile failed"
     diff = differences(compile_part(cfg.toolchain_pin), result.get("toolchain") or {})
@@ -91,10 +109,10 @@ def accept(cfg: FarmConfig, row: Row, result: dict[str, Any], generator: str) ->
         co = read_code_object(elf)
     except NotACodeObject as exc:
         return None, f"object is not a code object: {exc}"
-    try:
-        functions = disasm.count_bytes(cfg.toolchain_pin.get("disassembler"), row.target, elf)
-    except ValueError as exc:
-        return None, f"object cannot be disassembled: {exc}"
+    if functions is None:
+        functions = disassemble(cfg, [(row, result)])[row.key]
+    if isinstance(functions, str):
+        return None, f"object cannot be disassembled: {functions}"
     found = problems(co, row, cfg.ops[row.op], cfg.targets[row.target], functions)
     if found:
         return None, "verification failed: " + "; ".join(found)
@@ -102,6 +120,41 @@ def accept(cfg: FarmConfig, row: Row, result: dict[str, Any], generator: str) ->
     entry = manifest.object_entry(row.to_json(), row.file_name, sha256_bytes(elf), len(elf), inputs,
                                   describe(co, functions))
     return entry, None
+
+
+def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], generator: str, writer: DirectoryWriter,
+             report_rows: list[dict[str, Any]], failures: list[tuple[Row, str, str]], bar: Any, log: Any) -> int:
+    """Verify and write results as they arrive, a batch at a time; returns the number written."""
+    built = 0
+    for batch in pool.completed_batches():
+        counts = disassemble(cfg, [(rows[r["key"]], r) for r in batch])
+        for result in batch:
+            row = rows[result["key"]]
+            entry, refused = accept(cfg, row, result, generator, counts.get(row.key))
+            if entry is not None:
+                writer.write_object(row, result["elf"], entry)
+                built += 1
+            else:
+                failures.append((row, refused or "", result.get("stderr") or ""))
+                bar.write(f"FAILED {row.key}: {refused}", file=log)
+            report_rows.append({k: result.get(k) for k in REPORT_FIELDS}
+                               | {"written": entry is not None, "refused": refused})
+            bar.update(1)
+        writer.flush(MANIFEST_FLUSH_S)
+    return built
+
+
+def disassemble(cfg: FarmConfig, results: list[tuple[Row, dict[str, Any]]]) -> dict[str, dict | str]:
+    """Disassembly counts of every object in `results`, one disassembler run per target."""
+    by_target: dict[str, list[tuple[Row, bytes]]] = {}
+    for row, result in results:
+        if result.get("ok") and isinstance(result.get("elf"), bytes):
+            by_target.setdefault(row.target, []).append((row, result["elf"]))
+    counts: dict[str, dict | str] = {}
+    for target, items in by_target.items():
+        found = disasm.count_many(cfg.toolchain_pin.get("disassembler"), target, [elf for _, elf in items])
+        counts.update((row.key, functions) for (row, _), functions in zip(items, found, strict=True))
+    return counts
 
 
 def _tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:
@@ -113,6 +166,7 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row], log: 
     from tqdm import tqdm
 
     from .executor import RayExecutor
+    from .standing import for_build, mark_used
 
     started = time.monotonic()
     todo = [d for d in decisions if d.builds]
@@ -131,24 +185,19 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row], log: 
     if todo:
         generator = generator_digest()
         rows = {d.row.key: d.row for d in todo}
-        with RayExecutor(cfg.executor, cfg.compile_timeout_s) as pool:
+        standing = for_build(cfg, log)
+        with RayExecutor(cfg.executor, cfg.compile_timeout_s, standing) as pool:
             pool.share_sources(collect(cfg.kernels_dir))
             for d in (reversed(todo) if cfg.extra.get("row_order") == "reversed" else todo):
                 pool.submit(_request(cfg, d.row))
             bar = tqdm(total=len(todo), desc="compiling", unit="obj", file=log, disable=None)
-            for result in pool.completed():
-                row = rows[result["key"]]
-                entry, refused = accept(cfg, row, result, generator)
-                if entry is not None:
-                    writer.write_object(row, result["elf"], entry)
-                    built += 1
-                else:
-                    failures.append((row, refused or "", result.get("stderr") or ""))
-                    bar.write(f"FAILED {row.key}: {refused}", file=log)
-                report["rows"].append({k: result.get(k) for k in REPORT_FIELDS}
-                                      | {"written": entry is not None, "refused": refused})
-                bar.update(1)
+            try:
+                built = _collect(cfg, pool, rows, generator, writer, report["rows"], failures, bar, log)
+            finally:
+                writer.flush()
             bar.close()
+        if standing:
+            mark_used(cfg.root)  # the idle clock starts when the build ends
     elapsed = time.monotonic() - started
     report |= {"seconds": round(elapsed, 3), "built": built, "failed": len(failures),
                "up_to_date": len(decisions) - len(todo)}

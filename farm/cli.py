@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 
@@ -21,6 +22,8 @@ verbs:
   pin                move the toolchain pin to what is installed (rebuilds everything)
   push / pull        publish outputs/ with DVC (after farm check) / fetch it and check it
   status             does outputs/ match outputs.dvc and the instance table? the fixing command
+  cluster up|down|status  a standing local Ray cluster with warm compilers, used by every build
+                     while it is up (saves each build the Ray start and the workers' warm-up)
   diff A B           compare two code objects: header, sections, notes, kernel metadata, .text
   vendor add|diff|note  upstream sources in kernels_src/ with recorded provenance (README: Vendoring):
                      vendor add from=CHECKOUT commit=SHA upstream=NAME paths=[PATH,...] [into=DIR]
@@ -158,6 +161,34 @@ def cmd_diff(flags: set[str], overrides: list[str]) -> int:
     return diff_main(flags, overrides)
 
 
+def cmd_cluster(flags: set[str], overrides: list[str]) -> int:
+    """farm cluster up|down|status: the standing local cluster with warm compilers (farm/standing.py)."""
+    from . import standing
+
+    actions = [a for a in overrides if "=" not in a]
+    if len(actions) != 1 or actions[0] not in ("up", "down", "status"):
+        raise FarmError(f"farm cluster needs one of up, down, status; got {' '.join(actions) or 'nothing'}",
+                        "e.g. farm cluster up executor.num_cpus=2")
+    cfg = _load([a for a in overrides if "=" in a])
+    if cfg.executor.get("kind") != "local":
+        raise FarmError("a standing cluster is local; executor=cluster already names a running cluster",
+                        "drop the executor=cluster override")
+    action = actions[0]
+    if action == "up":
+        num_cpus = int(cfg.executor.get("num_cpus") or os.cpu_count() or 1)
+        state = standing.up(cfg.root, num_cpus, float(cfg.executor.get("standing_idle_minutes") or 30))
+        print(f"standing cluster up at {state['address']}: {state['num_cpus']} warm compilers, daemon pid "
+              f"{state['pid']}; builds use it until `farm cluster down` or "
+              f"{state['idle_s'] / 60:.0f} minutes without a build")
+    elif action == "down":
+        print("standing cluster stopped" if standing.down(cfg.root) else "no standing cluster was up")
+    else:
+        state = standing.running(cfg.root)
+        print(f"standing cluster up at {state['address']}: {state['num_cpus']} warm compilers, daemon pid "
+              f"{state['pid']}" if state else "no standing cluster is up")
+    return 0
+
+
 def cmd_vendor(flags: set[str], overrides: list[str]) -> int:
     """farm vendor add|diff|note key=value ...: plain keys, not Hydra overrides (farm/vendor/)."""
     from .vendor.cli import main as vendor_main
@@ -168,7 +199,7 @@ def cmd_vendor(flags: set[str], overrides: list[str]) -> int:
 VERBS: dict[str, Callable[[set[str], list[str]], int]] = {
     "expand": cmd_expand, "plan": cmd_plan, "build": cmd_build, "check": cmd_check, "pin": cmd_pin,
     "audit": cmd_audit, "push": cmd_push, "pull": cmd_pull, "status": cmd_status, "diff": cmd_diff,
-    "vendor": cmd_vendor,
+    "vendor": cmd_vendor, "cluster": cmd_cluster,
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,12 @@ from .errors import FarmError
 # cluster then binds to loopback (INFRA.md) and sends no usage reports.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+# How long the driver lets finished results gather before verifying them as one batch.
+BATCH_GATHER_S = 0.5
+# Calls queued on each standing compile actor at a time: enough to keep it busy while the driver
+# verifies a batch (BATCH_GATHER_S covers two or three small compiles).
+ACTOR_DEPTH = 4
 
 
 def _compile_task(request: dict[str, Any], sources: dict[str, bytes], timeout_s: float,
@@ -35,23 +42,53 @@ def _compile_task(request: dict[str, Any], sources: dict[str, bytes], timeout_s:
     return result
 
 
-class RayExecutor:
-    """Context manager: `submit` rows, iterate `completed()` results in completion order."""
+def require_loopback(ray: Any) -> None:
+    """A local cluster must listen on loopback only (INFRA.md)."""
+    addresses = sorted({n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]})
+    if addresses != ["127.0.0.1"]:
+        ray.shutdown()
+        raise FarmError(f"the local Ray cluster came up on {addresses}, not loopback only",
+                        "import farm.executor before ray, or set RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0")
 
-    def __init__(self, executor_cfg: dict[str, Any], timeout_s: float) -> None:
+
+class RayExecutor:
+    """Context manager: `submit` rows, iterate `completed_batches()` results in completion order.
+
+    Rows run as Ray tasks on a private local cluster (or the cluster at executor.address), or, when
+    `standing` names a running standing cluster (farm/standing.py), as calls to its warm compile actors.
+    """
+
+    def __init__(self, executor_cfg: dict[str, Any], timeout_s: float,
+                 standing: dict[str, Any] | None = None) -> None:
         self.cfg = executor_cfg
         self.timeout_s = timeout_s
+        self.standing = standing
         self._pending: list[Any] = []
         self._keys: dict[Any, str] = {}
         self._sources_ref: Any = None
         self._remote: Any = None
+        self._actors: list[Any] = []
+        self._queue: deque[dict[str, Any]] = deque()
+        self._actor_of: dict[Any, int] = {}
+        self._in_flight: list[int] = []
 
     def __enter__(self) -> RayExecutor:
+        if self.standing:
+            from .standing import use_token
+
+            use_token(Path(self.standing["root"]))
         import ray
 
         kind = self.cfg.get("kind", "local")
         common = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
         try:
+            if self.standing:
+                from .standing import ACTOR_PREFIX, NAMESPACE
+
+                ray.init(address=self.standing["address"], namespace=NAMESPACE, **common)
+                self._actors = [ray.get_actor(f"{ACTOR_PREFIX}{i}") for i in range(int(self.standing["num_cpus"]))]
+                self._in_flight = [0] * len(self._actors)
+                return self
             if kind == "local":
                 # Ray read the switch when it was imported; if that was before this module set it,
                 # set Ray's copy too (ray==2.60 keeps it in ray_constants; the test checks the result).
@@ -81,11 +118,7 @@ class RayExecutor:
             raise FarmError(f"could not start or reach Ray ({kind}): {exc}",
                             "check executor.address, or use the default executor=local") from None
         if kind == "local":
-            addresses = sorted({n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]})
-            if addresses != ["127.0.0.1"]:
-                ray.shutdown()
-                raise FarmError(f"the local Ray cluster came up on {addresses}, not loopback only",
-                                "import farm.executor before ray, or set RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0")
+            require_loopback(ray)
         self._remote = ray.remote(num_cpus=1, max_retries=int(self.cfg.get("max_retries", 2)),
                                   retry_exceptions=False)(_compile_task)
         return self
@@ -101,18 +134,51 @@ class RayExecutor:
         self._sources_ref = ray.put(sources)
 
     def submit(self, request: dict[str, Any]) -> None:
-        ref = self._remote.remote(request, self._sources_ref, self.timeout_s, bool(self.cfg.get("warm", True)))
+        self._queue.append(request)
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Tasks all go to Ray at once (it schedules them). Actor calls queue on their actor, so each
+        gets a few at a time: it never waits for the driver, and none is left with a long tail."""
+        warm = bool(self.cfg.get("warm", True))
+        while self._queue:
+            if not self._actors:
+                request = self._queue.popleft()
+                self._track(self._remote.remote(request, self._sources_ref, self.timeout_s, warm), request)
+                continue
+            index = min(range(len(self._actors)), key=self._in_flight.__getitem__)
+            if self._in_flight[index] >= ACTOR_DEPTH:
+                return
+            request = self._queue.popleft()
+            ref = self._actors[index].compile.remote(request, self._sources_ref, self.timeout_s, warm)
+            self._actor_of[ref] = index
+            self._in_flight[index] += 1
+            self._track(ref, request)
+
+    def _track(self, ref: Any, request: dict[str, Any]) -> None:
         self._keys[ref] = request["key"]
         self._pending.append(ref)
 
-    def completed(self) -> Iterator[dict[str, Any]]:
+    def completed_batches(self, gather_s: float = BATCH_GATHER_S) -> Iterator[list[dict[str, Any]]]:
+        """Results in completion order, in batches: after the first result of a batch, whatever else
+        finishes within `gather_s` joins it (the driver then verifies a batch with one disassembler run)."""
         import ray
 
         while self._pending:
             done, self._pending = ray.wait(self._pending, num_returns=1)
+            if self._pending:
+                more, self._pending = ray.wait(self._pending, num_returns=len(self._pending), timeout=gather_s)
+                done += more
             for ref in done:
-                try:
-                    yield ray.get(ref)
-                except Exception as exc:  # the task itself died (node lost past its retries)
-                    yield {"key": self._keys[ref], "ok": False, "error": f"Ray task failed: {exc}",
-                           "stderr": ""}
+                if ref in self._actor_of:
+                    self._in_flight[self._actor_of.pop(ref)] -= 1
+            self._dispatch()
+            yield [self._result(ref) for ref in done]
+
+    def _result(self, ref: Any) -> dict[str, Any]:
+        import ray
+
+        try:
+            return ray.get(ref)
+        except Exception as exc:  # the task itself died (node lost past its retries)
+            return {"key": self._keys[ref], "ok": False, "error": f"Ray task failed: {exc}", "stderr": ""}

@@ -1,0 +1,87 @@
+"""The standing local cluster (`farm cluster up|down|status`): builds use its warm compilers, the
+bytes are the same as a private cluster's, and it goes away completely when stopped."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import psutil
+from conftest import run_farm, small_copy
+
+TARGET = "gfx942"
+
+
+def _report(project: Path) -> dict:
+    return json.loads((project / ".farm" / "reports" / "latest-build.json").read_text())
+
+
+def _pid(worker: str) -> int:
+    return int(worker.rsplit(" pid ", 1)[1])
+
+
+def test_standing_cluster_serves_builds_warm_and_stops(built: Path, tmp_path: Path) -> None:
+    project = small_copy(tmp_path / "project")
+    run_farm(project, "expand", check=True)
+    up = run_farm(project, "cluster", "up", "executor.num_cpus=1", check=True)
+    assert "standing cluster up at 127.0.0.1:" in up.stdout and "1 warm compilers" in up.stdout
+    state = json.loads((project / ".farm" / "cluster" / "state.json").read_text())
+    daemon = psutil.Process(int(state["pid"]))
+    try:
+        assert "standing cluster up at" in run_farm(project, "cluster", "status", check=True).stdout
+        first = run_farm(project, "build", f"targets=[{TARGET}]", check=True)
+        assert "using the standing cluster at 127.0.0.1:" in first.stderr
+        rows = _report(project)["rows"]
+        assert len(rows) == 6 and all(r["ok"] and r["written"] for r in rows)
+        # One compiler, warmed when the cluster came up: no row paid the warm-up.
+        workers = {r["worker"] for r in rows}
+        assert len(workers) == 1 and all(r["warmup_seconds"] == 0 for r in rows)
+        actor = _pid(workers.pop())
+        assert actor in {p.pid for p in daemon.children(recursive=True)} or psutil.pid_exists(actor)
+        # The same bytes as the private cluster's build of the same rows.
+        ours, theirs = project / "outputs" / "rmsnorm" / TARGET, built / "outputs" / "rmsnorm" / TARGET
+        objects = sorted(p.name for p in theirs.glob("*.hsaco"))
+        assert objects == sorted(p.name for p in ours.glob("*.hsaco"))
+        for name in objects:
+            assert (ours / name).read_bytes() == (theirs / name).read_bytes(), name
+
+        # A second build is served by the same warm compiler (the zygote outlived the first build).
+        (ours / objects[0]).unlink()
+        second = run_farm(project, "build", f"targets=[{TARGET}]", check=True)
+        assert "built 1, failed 0" in second.stderr
+        [row] = _report(project)["rows"]
+        assert _pid(row["worker"]) == actor and row["warmup_seconds"] == 0
+        assert (ours / objects[0]).read_bytes() == (theirs / objects[0]).read_bytes()
+
+        # A cluster running other farm code is not used: its bytes would be refused.
+        state_path = project / ".farm" / "cluster" / "state.json"
+        state_path.write_text(json.dumps(dict(state, generator="0" * 64)))
+        (ours / objects[1]).unlink()
+        third = run_farm(project, "build", f"targets=[{TARGET}]", check=True)
+        assert "runs older farm code; this build starts a private cluster" in third.stderr
+        [row] = _report(project)["rows"]
+        assert _pid(row["worker"]) != actor
+        state_path.write_text(json.dumps(state))
+        # executor.standing=false always builds on a private cluster.
+        (ours / objects[2]).unlink()
+        fourth = run_farm(project, "build", f"targets=[{TARGET}]", "executor.standing=false", check=True)
+        assert "using the standing cluster" not in fourth.stderr
+        assert _pid(_report(project)["rows"][0]["worker"]) != actor
+    finally:
+        down = run_farm(project, "cluster", "down")
+    assert down.stdout.strip() == "standing cluster stopped", down.stdout + down.stderr
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (daemon.is_running() or psutil.pid_exists(actor)):
+        time.sleep(0.5)
+    assert not daemon.is_running() and not psutil.pid_exists(actor)
+    assert not (project / ".farm" / "cluster" / "state.json").exists()
+    assert run_farm(project, "cluster", "status", check=True).stdout.strip() == "no standing cluster is up"
+
+
+def test_cluster_verb_names_its_actions(tmp_path: Path) -> None:
+    project = small_copy(tmp_path / "project")
+    proc = run_farm(project, "cluster", "upp")
+    assert proc.returncode == 2
+    assert "farm cluster needs one of up, down, status; got upp" in proc.stderr
+    assert run_farm(project, "cluster", "down", check=True).stdout.strip() == "no standing cluster was up"
