@@ -71,6 +71,8 @@ class SourceRecorder:
     def __init__(self, root: Path) -> None:
         self.root = str(root.resolve()) + os.sep
         self.opened: set[str] = set()
+        # Modules already loaded (FlyDSL, torch: thousands) cannot be kernel sources; `files` skips them.
+        self.preloaded = set(sys.modules)
         sys.addaudithook(self._hook)
 
     def _hook(self, event: str, args: tuple) -> None:
@@ -82,7 +84,9 @@ class SourceRecorder:
 
     def files(self) -> list[str]:
         found = set(self.opened)
-        for module in list(sys.modules.values()):
+        for name, module in list(sys.modules.items()):
+            if name in self.preloaded:
+                continue
             file = getattr(module, "__file__", None)
             if file and os.path.normpath(file).startswith(self.root):
                 found.add(os.path.normpath(file))
