@@ -12,7 +12,8 @@ from .rows import Row
 
 # The farm code that turns a row into bytes: editing it rebuilds everything.
 GENERATOR_FILES = (
-    "compile/lowering.py", "compile/worker.py", "compile/zygote.py", "compile/isolate.py", "toolchain.py",
+    "compile/lowering.py", "compile/worker.py", "compile/zygote.py", "compile/isolate.py", "compile/binary_step.py",
+    "toolchain.py",
 )
 
 

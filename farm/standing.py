@@ -117,11 +117,11 @@ def for_build(cfg: Any, log: Any) -> dict[str, Any] | None:
 class Compiler:
     """One CPU's compiler: keeps its zygote warm between builds; each call is one isolated compile."""
 
-    def warm(self) -> dict[str, Any]:
+    def warm(self, linker: dict[str, Any] | None) -> dict[str, Any]:
         from .compile.isolate import warm_zygote
         from .digest import generator_digest
 
-        zygote, seconds = warm_zygote()
+        zygote, seconds = warm_zygote(linker)
         return {"ready": zygote.alive(), "warmup_seconds": seconds, "generator": generator_digest()}
 
     def compile(self, request: dict[str, Any], sources: dict[str, bytes], timeout_s: float,
@@ -138,6 +138,7 @@ def serve(root: Path, num_cpus: int, idle_s: float) -> int:
     use_token(root)
     import ray
 
+    from . import config as config_mod
     from .digest import generator_digest
 
     stop = {"now": False}
@@ -149,7 +150,8 @@ def serve(root: Path, num_cpus: int, idle_s: float) -> int:
         require_loopback(ray)
         remote = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=2)(Compiler)
         actors = [remote.options(name=f"{ACTOR_PREFIX}{i}", lifetime=None).remote() for i in range(num_cpus)]
-        warm = ray.get([a.warm.remote() for a in actors])
+        linker = config_mod.load(root, []).toolchain_pin.get("linker")
+        warm = ray.get([a.warm.remote(linker) for a in actors])
         if not all(w["ready"] for w in warm):
             raise RuntimeError("a compiler's warm server did not start (see its zygote.log under /tmp)")
         state = {"pid": os.getpid(), "root": str(root), "address": ray.get_runtime_context().gcs_address,

@@ -22,6 +22,7 @@ import farm
 
 from ..canonical import sha256_bytes
 from ..toolchain import differences, installed, write_linker_shim
+from .binary_step import SERVER_ENV
 
 
 # The child's whole environment. Nothing from the caller's environment leaks in, so HOME, locale,
@@ -74,28 +75,36 @@ def materialize(sources: dict[str, bytes], root: Path) -> None:
 class Zygote:
     """This worker's warm compile server (farm.compile.zygote), started on first use."""
 
-    def __init__(self) -> None:
+    def __init__(self, linker: dict[str, Any] | None) -> None:
         sweep_dead_zygote_homes(Path(tempfile.gettempdir()))
         self.home = Path(tempfile.mkdtemp(prefix="farm-zygote-"))
         (self.home / "home").mkdir()
         (self.home / "tmp").mkdir()
         env = child_environment(self.home, {"name": "", "python_arch": ""})
         self.log = open(self.home / "zygote.log", "wb")  # noqa: SIM115 (lives as long as the zygote)
+        started = time.monotonic()
+        # Its LLVM codegen server (binary_step.py) starts first and imports while the zygote does.
+        self.binary_socket = self.home / "binary.sock"
+        binary_env = dict(env, ROCM_PATH=str(write_linker_shim(self.home / "rocm", linker)))
+        self.binary = subprocess.Popen([sys.executable, "-m", "farm.compile.binary_step", "--serve",
+                                        str(self.binary_socket)], cwd=self.home, env=binary_env,
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
         self.proc = subprocess.Popen([sys.executable, "-m", "farm.compile.zygote"], cwd=self.home, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
         (self.home / "zygote.pid").write_text(str(self.proc.pid))
-        started = time.monotonic()
-        assert self.proc.stdout is not None
-        self.ready = bool(self.proc.stdout.readline())  # empty: it died importing (startup_log says why)
+        assert self.proc.stdout is not None and self.binary.stdout is not None
+        # Empty: it died importing (startup_log says why).
+        self.ready = bool(self.proc.stdout.readline()) and bool(self.binary.stdout.readline())
         self.warmup_seconds = round(time.monotonic() - started, 3)
 
     def alive(self) -> bool:
-        return self.ready and self.proc.poll() is None
+        return self.ready and self.proc.poll() is None and self.binary.poll() is None
 
     def run(self, work: Path, env: dict[str, str], timeout_s: float) -> int | None:
         """Fork one compile; returns its exit code (negative: signal), None if the zygote is gone."""
         job = {"request": str(work / "request.json"), "result": str(work / "object.bin"),
-               "log": str(work / "compile.log"), "env": env, "cwd": str(work), "timeout_s": timeout_s}
+               "log": str(work / "compile.log"), "env": dict(env, **{SERVER_ENV: str(self.binary_socket)}),
+               "cwd": str(work), "timeout_s": timeout_s}
         assert self.proc.stdin is not None and self.proc.stdout is not None
         try:
             self.proc.stdin.write((json.dumps(job) + "\n").encode())
@@ -126,16 +135,17 @@ def sweep_dead_zygote_homes(tmp: Path) -> None:
 _ZYGOTE: Zygote | None = None
 
 
-def warm_zygote() -> tuple[Zygote, float]:
+def warm_zygote(linker: dict[str, Any] | None) -> tuple[Zygote, float]:
     """This worker's zygote, started if needed; and the seconds spent starting it now (0 when warm)."""
     global _ZYGOTE
     if _ZYGOTE is None or not _ZYGOTE.alive():
-        _ZYGOTE = Zygote()
+        _ZYGOTE = Zygote(linker)
         return _ZYGOTE, _ZYGOTE.warmup_seconds
     return _ZYGOTE, 0.0
 
 
-def _run_fresh(work: Path, env: dict[str, str], timeout_s: float) -> tuple[int | None, str, float]:
+def _run_fresh(work: Path, env: dict[str, str], timeout_s: float,
+               linker: dict[str, Any] | None) -> tuple[int | None, str, float]:
     """A new interpreter for this one compile (pays the imports every time)."""
     try:
         proc = subprocess.run(
@@ -147,9 +157,10 @@ def _run_fresh(work: Path, env: dict[str, str], timeout_s: float) -> tuple[int |
         return None, (exc.stdout or b"").decode("utf-8", "replace") + f"\n[killed after {timeout_s:.0f} s]", 0.0
 
 
-def _run_warm(work: Path, env: dict[str, str], timeout_s: float) -> tuple[int | None, str, float]:
+def _run_warm(work: Path, env: dict[str, str], timeout_s: float,
+              linker: dict[str, Any] | None) -> tuple[int | None, str, float]:
     """A fork of this worker's warm zygote for this one compile (plus the warm-up, when it paid one)."""
-    zygote, warmup = warm_zygote()
+    zygote, warmup = warm_zygote(linker)
     code = zygote.run(work, env, timeout_s) if zygote.ready else None
     log_path = work / "compile.log"
     log = log_path.read_text(errors="replace") if log_path.is_file() else ""
@@ -195,7 +206,8 @@ def compile_isolated(request: dict[str, Any], sources: dict[str, bytes], timeout
         out = work / "object.bin"
         env = child_environment(work, request["target"])
         compile_started = time.monotonic()
-        code, log, warmup = (_run_warm if warm else _run_fresh)(work, env, timeout_s)
+        code, log, warmup = (_run_warm if warm else _run_fresh)(work, env, timeout_s,
+                                                                 request.get("linker"))
         result["warmup_seconds"] = warmup
         result["compile_seconds"] = round(time.monotonic() - compile_started - warmup, 3)
         result["stderr"] = log

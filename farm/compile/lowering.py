@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import binary_step
+
 
 def patch_lowering_chipset(target_name: str, chipset: str) -> None:
     """Lower with `chipset` while the object stays stamped `target_name` (no-op for concrete targets)."""
@@ -100,6 +102,7 @@ def compile_row(request: dict[str, Any]) -> tuple[bytes, list[str]]:
     recorder = SourceRecorder(kernels_root)
     patch_lowering_chipset(request["target"]["name"], request["target"]["mlir_chipset"])
     attach_target_only()
+    binary_step.install(Path.cwd())
     sys.path.insert(0, str(kernels_root))
     import importlib
 

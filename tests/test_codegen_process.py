@@ -1,0 +1,64 @@
+"""LLVM codegen runs in a process of its own (farm/compile/binary_step.py), which made the RDNA
+head-dim-128 objects reproducible: before, one row gave a second variant in 2-17% of compiles."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from farm import config as config_mod
+from farm.build import _request
+from farm.compile import binary_step, isolate
+from farm.expand import fresh_rows
+from farm.sources import collect
+
+# The row that varied most often (README, "Reproducibility of LLVM codegen").
+ROW = ("sdpa_rdna", "gfx11-generic", "sdpa_rdna_f16_d128_mask-causal_bias-none")
+WARM_RUNS = 16
+
+
+@pytest.fixture(scope="module")
+def problem_row() -> tuple[dict, dict[str, bytes]]:
+    op, target, name = ROW
+    cfg = config_mod.load(REPO, [f"ops=[{op}]", f"targets=[{target}]", f"names=[{name}]"])
+    rows, _ = fresh_rows(cfg)
+    assert [r.name for r in rows] == [name]
+    return _request(cfg, rows[0]), collect(cfg.kernels_dir)
+
+
+def _sha(result: dict) -> str:
+    assert result["ok"], result["error"] + "\n" + result["stderr"][-3000:]
+    return hashlib.sha256(result["elf"]).hexdigest()
+
+
+def test_warm_compiles_of_the_varying_row_agree_with_a_fresh_process(problem_row: tuple[dict, dict]) -> None:
+    request, sources = problem_row
+    fresh = _sha(isolate.compile_isolated(request, sources, 600, warm=False))
+    warm = Counter(_sha(isolate.compile_isolated(request, sources, 600, warm=True)) for _ in range(WARM_RUNS))
+    assert warm == Counter({fresh: WARM_RUNS})
+
+
+def test_codegen_errors_come_back_with_the_server_log(tmp_path: Path) -> None:
+    """A module the codegen process cannot compile fails with its log; no server is a clear error too."""
+    sock = tmp_path / "binary.sock"
+    server = subprocess.Popen([sys.executable, "-m", "farm.compile.binary_step", "--serve", str(sock)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=tmp_path)
+    try:
+        assert server.stdout is not None and server.stdout.readline()
+        os.environ[binary_step.SERVER_ENV] = str(sock)
+        with pytest.raises(RuntimeError, match=r"(?s)failed in its own process \(exit 1\).*not.a.valid.module"):
+            binary_step.run_in_own_process("not.a.valid.module", "gpu-module-to-binary", tmp_path)
+        server.stdin.close()  # the worker going away ends the server
+        assert server.wait(timeout=30) == 0
+        with pytest.raises(RuntimeError, match="LLVM codegen server .* unreachable"):
+            binary_step.run_in_own_process("module {}", "gpu-module-to-binary", tmp_path)
+    finally:
+        os.environ.pop(binary_step.SERVER_ENV, None)
+        server.kill()
