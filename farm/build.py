@@ -6,6 +6,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -123,7 +124,8 @@ def accept(cfg: FarmConfig, row: Row, result: dict[str, Any], generator: str,
 
 
 def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], generator: str, writer: DirectoryWriter,
-             report_rows: list[dict[str, Any]], failures: list[tuple[Row, str, str]], bar: Any, log: Any) -> int:
+             report_rows: list[dict[str, Any]], failures: list[tuple[Row, str, str]], bar: Any, log: Any,
+             heartbeat: Callable[[], None]) -> int:
     """Verify and write results as they arrive, a batch at a time; returns the number written."""
     built = 0
     for batch in pool.completed_batches():
@@ -141,6 +143,7 @@ def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], generator: str, w
                                | {"written": entry is not None, "refused": refused})
             bar.update(1)
         writer.flush(MANIFEST_FLUSH_S)
+        heartbeat()
     return built
 
 
@@ -192,7 +195,9 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row], log: 
                 pool.submit(_request(cfg, d.row))
             bar = tqdm(total=len(todo), desc="compiling", unit="obj", file=log, disable=None)
             try:
-                built = _collect(cfg, pool, rows, generator, writer, report["rows"], failures, bar, log)
+                # A long build keeps the standing cluster's idle clock from running out under it.
+                heartbeat = (lambda: mark_used(cfg.root)) if standing else (lambda: None)
+                built = _collect(cfg, pool, rows, generator, writer, report["rows"], failures, bar, log, heartbeat)
             finally:
                 writer.flush()
             bar.close()
