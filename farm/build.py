@@ -25,8 +25,6 @@ from .trace import chrome_trace
 from .verify import describe, problems
 
 STDERR_TAIL_LINES = 40
-# Manifests of a running build are rewritten at most this often (and always at its end).
-MANIFEST_FLUSH_S = 2.0
 # Per row in the build report: timings, where it ran and with which toolchain, its peak memory, what the
 # compiler said.
 REPORT_FIELDS = ("key", "ok", "seconds", "warmup_seconds", "compile_seconds", "started_unix", "finished_unix",
@@ -47,7 +45,6 @@ class DirectoryWriter:
         self.cfg = cfg
         self.entries: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         self.unwritten: set[tuple[str, str]] = set()
-        self.flushed_at = time.monotonic()
 
     def _entries(self, op: str, target: str) -> dict[str, dict[str, Any]]:
         key = (op, target)
@@ -61,21 +58,18 @@ class DirectoryWriter:
         return self.entries[key]
 
     def write_object(self, row: Row, elf: bytes, entry: dict[str, Any]) -> None:
-        """Write the object now; its manifest entry reaches disk at the next `flush`. An object on disk
-        without its entry is rebuilt by the next build, so a kill in between loses nothing."""
+        """Write the object now; its manifest entry reaches disk at the next `flush` (after this batch).
+        An object on disk without its entry is rebuilt by the next build, so a kill in between loses nothing."""
         write_bytes_atomic(manifest.directory(self.cfg, row.op, row.target) / row.file_name, elf)
         self._entries(row.op, row.target)[row.file_name] = entry
         self.unwritten.add((row.op, row.target))
 
-    def flush(self, min_interval_s: float = 0.0) -> None:
-        """Write the manifests with new entries, at most once per `min_interval_s` (rewriting a large
-        manifest for every object of a fast build cost the driver more than its verification)."""
-        if not self.unwritten or time.monotonic() - self.flushed_at < min_interval_s:
-            return
+    def flush(self) -> None:
+        """Write the manifests with new entries: once per batch of results, not per object (rewriting a
+        large manifest for every object of a fast build cost the driver more than its verification)."""
         for op, target in sorted(self.unwritten):
             manifest.write_directory(self.cfg, op, target, self.entries[(op, target)])
         self.unwritten.clear()
-        self.flushed_at = time.monotonic()
 
     def prune(self, op: str, target: str, keep: set[str]) -> list[str]:
         """Remove objects and entries no row makes any more (a row deleted from conf/)."""
@@ -142,7 +136,7 @@ def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], generator: str, w
             report_rows.append({k: result.get(k) for k in REPORT_FIELDS}
                                | {"written": entry is not None, "refused": refused})
             bar.update(1)
-        writer.flush(MANIFEST_FLUSH_S)
+        writer.flush()
         heartbeat()
     return built
 
