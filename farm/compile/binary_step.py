@@ -2,14 +2,16 @@
 
 FlyDSL's bundled LLVM does not give the same bytes for some modules when its codegen runs inside
 the process that traced and lowered the kernel: a few head-dim-128 `sdpa_rdna` objects came out in
-a second variant in 2-17% of compiles (README, "Known problem"). The MLIR and LLVM IR going in were
-identical; the difference comes from LLVM's loop optimisations and depends on the state the
-compile process reached before codegen. The same module text, parsed and compiled in a small
-process that has done nothing else, gave one output every time (measured: 130 of 130).
+a second variant in 2-17% of compiles (README, "Reproducibility of LLVM codegen"). The MLIR and LLVM
+IR going in were identical; the difference comes from LLVM's loop optimisations and depends on the
+state the compile process reached before codegen. The same module text, parsed and compiled in a
+process that had done nothing else, gave one output every time (measured: 40 fresh interpreters and
+60 forks of such a server, 30 of them after scrambling its heap).
 
 So the compile process stops before `gpu-module-to-binary`, prints the module, and this step parses
 it and runs that one pass in a process whose whole history is the same for every row: a fork of a
-small server that imported only FlyDSL's MLIR bindings (`serve`), or a fresh interpreter (`main`).
+server that only imported FlyDSL's compiler (`serve`; it never traces a kernel), or a fresh
+interpreter (`main`).
 The resulting `gpu.binary` op replaces the `gpu.module` in the compile process (FlyDSL's own
 external-codegen helper), and FlyDSL continues as usual.
 """
