@@ -13,7 +13,7 @@ from .rows import Row
 # The farm code that turns a row into bytes: editing it rebuilds everything.
 GENERATOR_FILES = (
     "compile/lowering.py", "compile/worker.py", "compile/zygote.py", "compile/isolate.py", "compile/binary_step.py",
-    "toolchain.py",
+    "compile/forking.py", "toolchain.py",
 )
 
 

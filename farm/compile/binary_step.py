@@ -26,6 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .forking import run_forked
+
 BINARY_PASS = "gpu-module-to-binary"
 SERVER_ENV = "FARM_BINARY_SERVER"  # the compile child's way to its worker's binary server (a socket path)
 CHILD_TIME_LIMIT_S = 1800  # a codegen child past this ends (its compile process has long timed out)
@@ -100,14 +102,25 @@ def install(work: Path) -> None:
     jit_function._run_pipeline = run_pipeline
 
 
+def _run_child(job_path: str) -> int:
+    """In the forked child: its output goes to the job's log, and it has a time limit of its own."""
+    import gc
+    import signal
+
+    gc.disable()
+    signal.alarm(CHILD_TIME_LIMIT_S)
+    fd = os.open(json.loads(Path(job_path).read_text())["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    return _run_job(job_path)
+
+
 def serve(socket_path: str) -> None:
     """The binary server: import the MLIR bindings once, then fork one child per job. Each child starts
     from the same state, so codegen sees the same process history for every row. Ends when its
     parent (the worker) closes stdin."""
     import gc
     import selectors
-    import signal
-    import traceback
 
     from flydsl._mlir import ir  # noqa: F401  (the imports, done once)
     from flydsl._mlir.passmanager import PassManager  # noqa: F401
@@ -132,27 +145,8 @@ def serve(socket_path: str) -> None:
             conn, _ = listener.accept()
             with conn:
                 job_path = conn.makefile("r").readline().strip()
-                sys.stdout.flush()
-                sys.stderr.flush()
-                pid = os.fork()
-                if pid == 0:
-                    code = 1
-                    try:
-                        gc.disable()
-                        signal.alarm(CHILD_TIME_LIMIT_S)
-                        fd = os.open(json.loads(Path(job_path).read_text())["log"],
-                                     os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                        os.dup2(fd, 1)
-                        os.dup2(fd, 2)
-                        code = _run_job(job_path)
-                    except BaseException:
-                        traceback.print_exc()
-                    finally:
-                        sys.stdout.flush()
-                        sys.stderr.flush()
-                        os._exit(code)
-                _, status = os.waitpid(pid, 0)
-                conn.sendall((json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n").encode())
+                code = run_forked(lambda job_path=job_path: _run_child(job_path))
+                conn.sendall((json.dumps({"returncode": code}) + "\n").encode())
 
 
 def main(argv: list[str]) -> int:

@@ -18,7 +18,8 @@ import os
 import signal
 import sys
 import tempfile
-import traceback
+
+from .forking import run_forked
 
 # Modules FlyDSL 0.3.4 imports lazily during a process's first compile (measured on every kernel
 # family here). Importing them once in the zygote instead of in every child cut a forked RMSNorm
@@ -68,21 +69,8 @@ def serve() -> None:
         if not line.strip():
             continue
         job = json.loads(line)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                code = _run_child(job)
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        sys.stdout.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
+        code = run_forked(lambda job=job: _run_child(job))
+        sys.stdout.write(json.dumps({"returncode": code}) + "\n")
         sys.stdout.flush()
 
 
