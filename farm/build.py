@@ -88,10 +88,9 @@ class DirectoryWriter:
 
 
 def accept(cfg: FarmConfig, row: Row, result: dict[str, Any], generator: str,
-           functions: dict[str, dict[str, int]] | str | None = None) -> tuple[dict | None, str | None]:
+           functions: dict[str, dict[str, int]] | str) -> tuple[dict | None, str | None]:
     """Check a worker's result; returns (manifest entry, None) or (None, reason it is refused).
-    `functions` is the object's disassembly counts when the caller already has them (`disassemble`),
-    or the reason the disassembler could not read it."""
+    `functions` is the object's disassembly counts (`disassemble`), or why it could not be read."""
     if not result.get("ok"):
         return None, result.get("error") or "compile failed"
     diff = differences(compile_part(cfg.toolchain_pin), result.get("toolchain") or {})
@@ -104,8 +103,6 @@ def accept(cfg: FarmConfig, row: Row, result: dict[str, Any], generator: str,
         co = read_code_object(elf)
     except NotACodeObject as exc:
         return None, f"object is not a code object: {exc}"
-    if functions is None:
-        functions = disassemble(cfg, [(row, result)])[row.key]
     if isinstance(functions, str):
         return None, f"object cannot be disassembled: {functions}"
     found = problems(co, row, cfg.ops[row.op], cfg.targets[row.target], functions)
@@ -126,7 +123,7 @@ def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], generator: str, w
         counts = disassemble(cfg, [(rows[r["key"]], r) for r in batch])
         for result in batch:
             row = rows[result["key"]]
-            entry, refused = accept(cfg, row, result, generator, counts.get(row.key))
+            entry, refused = accept(cfg, row, result, generator, counts.get(row.key, "it was not disassembled"))
             if entry is not None:
                 writer.write_object(row, result["elf"], entry)
                 built += 1

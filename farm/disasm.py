@@ -100,37 +100,26 @@ def _run(entry: dict[str, Any] | None, mcpu: str, files: Sequence[Path]) -> subp
 
 def count_files(entry: dict[str, Any] | None, mcpu: str, files: Sequence[Path]) -> dict[Path, dict[str, dict]]:
     """{file: {function: {class: count}}} for the files the disassembler could read, in one process.
-    A file missing from the result could not be disassembled; `count_bytes` names the reason."""
+    A file missing from the result could not be disassembled; `count_many` names the reason."""
     return _parse(_run(entry, mcpu, files).stdout, files) if files else {}
 
 
 def count_many(entry: dict[str, Any] | None, mcpu: str, objects: Sequence[bytes]) -> list[dict[str, dict] | str]:
     """Per object held in memory: {function: {class: count}}, or why it cannot be read. One disassembler
     process serves the whole batch (its start-up, ~30 ms, is most of the cost of a small object)."""
+    out: list[dict[str, dict] | str] = []
     with tempfile.TemporaryDirectory(prefix="farm-disasm-") as tmp:
         paths = [Path(tmp) / f"object{i}.hsaco" for i in range(len(objects))]
         for path, data in zip(paths, objects, strict=True):
             path.write_bytes(data)
         found = count_files(entry, mcpu, paths)
-    out: list[dict[str, dict] | str] = []
-    for path, data in zip(paths, objects, strict=True):
-        if path in found:
+        for path in paths:
+            if path not in found:  # again alone, so the disassembler's message is about this object
+                alone = _run(entry, mcpu, [path])
+                parsed = _parse(alone.stdout, [path])
+                if alone.returncode != 0 or path not in parsed:
+                    out.append(f"the disassembler could not read it: {alone.stderr.strip() or 'no output'}")
+                    continue
+                found[path] = parsed[path]
             out.append(found[path])
-            continue
-        try:  # alone, so the disassembler's message is about this object
-            out.append(count_bytes(entry, mcpu, data))
-        except ValueError as exc:
-            out.append(str(exc))
     return out
-
-
-def count_bytes(entry: dict[str, Any] | None, mcpu: str, data: bytes) -> dict[str, dict[str, int]]:
-    """{function: {class: count}} for one object held in memory; ValueError when it cannot be read."""
-    with tempfile.TemporaryDirectory(prefix="farm-disasm-") as tmp:
-        path = Path(tmp) / "object.hsaco"
-        path.write_bytes(data)
-        out = _run(entry, mcpu, [path])
-        found = _parse(out.stdout, [path])
-        if out.returncode != 0 or path not in found:
-            raise ValueError(f"the disassembler could not read it: {out.stderr.strip() or 'no output'}")
-        return found[path]

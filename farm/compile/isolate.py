@@ -144,8 +144,7 @@ def warm_zygote(linker: dict[str, Any] | None) -> tuple[Zygote, float]:
     return _ZYGOTE, 0.0
 
 
-def _run_fresh(work: Path, env: dict[str, str], timeout_s: float,
-               linker: dict[str, Any] | None) -> tuple[int | None, str, float]:
+def _run_fresh(work: Path, env: dict[str, str], timeout_s: float) -> tuple[int | None, str, float]:
     """A new interpreter for this one compile (pays the imports every time)."""
     try:
         proc = subprocess.run(
@@ -206,8 +205,8 @@ def compile_isolated(request: dict[str, Any], sources: dict[str, bytes], timeout
         out = work / "object.bin"
         env = child_environment(work, request["target"])
         compile_started = time.monotonic()
-        code, log, warmup = (_run_warm if warm else _run_fresh)(work, env, timeout_s,
-                                                                 request.get("linker"))
+        code, log, warmup = (_run_warm(work, env, timeout_s, request.get("linker")) if warm
+                             else _run_fresh(work, env, timeout_s))
         result["warmup_seconds"] = warmup
         result["compile_seconds"] = round(time.monotonic() - compile_started - warmup, 3)
         result["stderr"] = log
