@@ -12,12 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from . import disasm, manifest
-from .atomic import remove_stale_temporaries, write_bytes_atomic, write_text_atomic
+from .atomic import write_text_atomic
 from .canonical import canonical_json, sha256_bytes
 from .config import FarmConfig
 from .digest import generator_digest, inputs_of
 from .elfinfo import NotACodeObject, read_code_object
+from .errors import FarmError
+from .lock import command_line, lock_wait, tree_lock
+from .outtree import OutputDir
 from .plan import Decision
+from .private import private_dir
 from .rows import Row
 from .sources import collect
 from .toolchain import compile_part, differences
@@ -39,28 +43,44 @@ def _request(cfg: FarmConfig, row: Row) -> dict[str, Any]:
 
 
 class DirectoryWriter:
-    """Holds each touched directory's manifest entries; writes object, then manifest and SOURCE.md."""
+    """Holds each touched directory (opened safely, see farm/outtree.py) and its manifest entries; writes
+    the object, then manifest and SOURCE.md. The caller holds the output tree's lock (farm/lock.py)."""
 
     def __init__(self, cfg: FarmConfig) -> None:
         self.cfg = cfg
+        self.dirs: dict[tuple[str, str], OutputDir] = {}
         self.entries: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         self.unwritten: set[tuple[str, str]] = set()
 
-    def _entries(self, op: str, target: str) -> dict[str, dict[str, Any]]:
+    def __enter__(self) -> DirectoryWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for out in self.dirs.values():
+            out.close()
+
+    def _dir(self, op: str, target: str) -> OutputDir:
         key = (op, target)
-        if key not in self.entries:
-            where = manifest.directory(self.cfg, op, target)
-            remove_stale_temporaries(where)
+        if key not in self.dirs:
+            out = OutputDir(self.cfg.outputs_dir, op, target, create=True)
+            self.dirs[key] = out
+            out.remove_dead_temporaries()
             try:
-                self.entries[key] = manifest.entries_of(manifest.load(where / "manifest.json"))
+                # Entries with a name the farm would never write are dropped here (their rows were planned
+                # as tampered and rebuild); they never reach a file-system call.
+                self.entries[key] = manifest.read(out).entries
             except manifest.ManifestUnreadable:
                 self.entries[key] = {}  # its rows were planned as tampered and rebuild
-        return self.entries[key]
+        return self.dirs[key]
+
+    def _entries(self, op: str, target: str) -> dict[str, dict[str, Any]]:
+        self._dir(op, target)
+        return self.entries[(op, target)]
 
     def write_object(self, row: Row, elf: bytes, entry: dict[str, Any]) -> None:
         """Write the object now; its manifest entry reaches disk at the next `flush` (after this batch).
         An object on disk without its entry is rebuilt by the next build, so a kill in between loses nothing."""
-        write_bytes_atomic(manifest.directory(self.cfg, row.op, row.target) / row.file_name, elf)
+        self._dir(row.op, row.target).write_atomic(row.file_name, elf)
         self._entries(row.op, row.target)[row.file_name] = entry
         self.unwritten.add((row.op, row.target))
 
@@ -68,22 +88,24 @@ class DirectoryWriter:
         """Write the manifests with new entries: once per batch of results, not per object (rewriting a
         large manifest for every object of a fast build cost the driver more than its verification)."""
         for op, target in sorted(self.unwritten):
-            manifest.write_directory(self.cfg, op, target, self.entries[(op, target)])
+            manifest.write_directory(self.cfg, self.dirs[(op, target)], op, target, self.entries[(op, target)])
         self.unwritten.clear()
 
     def prune(self, op: str, target: str, keep: set[str]) -> list[str]:
-        """Remove objects and entries no row makes any more (a row deleted from conf/)."""
-        where = manifest.directory(self.cfg, op, target)
-        if not where.is_dir():
-            return []
-        entries = self._entries(op, target)
+        """Remove the objects and entries of rows that no longer exist (a row deleted from conf/). Only
+        objects this directory's manifest recorded are deleted; a file the farm cannot show it wrote is
+        left alone (`farm check` names it)."""
+        with OutputDir(self.cfg.outputs_dir, op, target) as probe:
+            if not probe.exists:
+                return []
+        out = self._dir(op, target)
+        entries = self.entries[(op, target)]
         gone = sorted(f for f in entries if f not in keep)
-        gone += sorted(p.name for p in where.glob("*.hsaco") if p.name not in keep and p.name not in entries)
         for file in gone:
-            (where / file).unlink(missing_ok=True)
+            out.remove_object(file)
             entries.pop(file, None)
         if gone:
-            manifest.write_directory(self.cfg, op, target, entries)
+            manifest.write_directory(self.cfg, out, op, target, entries)
         return gone
 
 
@@ -155,56 +177,93 @@ def _tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
+def build_selection(cfg: FarmConfig, rows: list[Row], all_rows: list[Row], log: Any = sys.stderr) -> int:
+    """`farm build`: under the output tree's lock, plan the selected rows, check the pin, build what must
+    build. Planning under the lock means a build that waited for another sees that one's results."""
+    from .plan import decide, summary_line
+    from .toolchain import installed, require_pin
+
+    with tree_lock(cfg.outputs_dir, command_line(), wait_s=lock_wait(cfg), log=log):
+        decisions = decide(cfg, rows)
+        print(summary_line(decisions), file=log)
+        if any(d.builds for d in decisions):
+            pin = cfg.toolchain_pin
+            require_pin(pin, installed(private_dir("toolchain-cache"), pin.get("linker"),
+                                       pin.get("disassembler") or {}))
+        return build(cfg, decisions, all_rows, log)
+
+
 def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row], log: Any = sys.stderr) -> int:
-    """Build every decision that needs it; returns the number of failed rows."""
+    """Build every decision that needs it; returns the number of failed rows. The caller holds the lock."""
+    started = time.monotonic()
+    report: dict[str, Any] = {"started_utc": datetime.now(UTC).isoformat(), "rows": [], "pruned": [],
+                              "conditions": build_conditions(cfg)}
+    failures: list[tuple[Row, str, str]] = []
+    built = 0
+    try:
+        with DirectoryWriter(cfg) as writer:
+            report["pruned"] = _prune(cfg, writer, decisions, all_rows, log)
+            built = _compile_and_write(cfg, [d for d in decisions if d.builds], writer, report, failures, log)
+    except OSError as exc:  # disk full, a read-only directory: the finished objects are on disk already
+        where = f" ({exc.filename})" if exc.filename else ""
+        report["error"] = f"{exc.strerror or exc}{where}"
+        _write_report(cfg, report, log)
+        raise FarmError(f"writing {cfg.outputs_dir} failed: {exc.strerror or exc}{where}; {built} objects of this "
+                        "build were written before it", "free disk space or fix the permissions, then run "
+                        "`farm build` again: it resumes with what is missing") from None
+    todo = sum(d.builds for d in decisions)
+    elapsed = time.monotonic() - started
+    report |= {"seconds": round(elapsed, 3), "built": built, "failed": len(failures),
+               "up_to_date": len(decisions) - todo}
+    report_path = _write_report(cfg, report, log)
+    for row, reason, stderr in failures:
+        print(f"\n--- {row.key} failed: {reason}", file=log)
+        if stderr.strip():
+            print(_tail(stderr), file=log)
+    print(f"\nbuilt {built}, failed {len(failures)}, up to date {len(decisions) - todo} "
+          f"in {elapsed:.1f} s; report: {report_path}", file=log)
+    return len(failures)
+
+
+def _prune(cfg: FarmConfig, writer: DirectoryWriter, decisions: list[Decision], all_rows: list[Row],
+           log: Any) -> list[str]:
+    pruned = []
+    for op, target in sorted({(d.row.op, d.row.target) for d in decisions}):
+        keep = {r.file_name for r in all_rows if r.op == op and r.target == target}
+        pruned += [f"{op}/{target}/{f}" for f in writer.prune(op, target, keep)]
+    for line in pruned:
+        print(f"removed {line}: no row makes it any more", file=log)
+    return pruned
+
+
+def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryWriter, report: dict[str, Any],
+                       failures: list[tuple[Row, str, str]], log: Any) -> int:
+    """Compile `todo` on Ray and write what verifies; returns the number written."""
     from tqdm import tqdm
 
     from .executor import RayExecutor
     from .standing import for_build, mark_used
 
-    started = time.monotonic()
-    todo = [d for d in decisions if d.builds]
-    writer = DirectoryWriter(cfg)
-    selected_dirs = sorted({(d.row.op, d.row.target) for d in decisions})
-    pruned = []
-    for op, target in selected_dirs:
-        keep = {r.file_name for r in all_rows if r.op == op and r.target == target}
-        pruned += [f"{op}/{target}/{f}" for f in writer.prune(op, target, keep)]
-    for line in pruned:
-        print(f"removed {line}: no row makes it any more", file=log)
-    report: dict[str, Any] = {"started_utc": datetime.now(UTC).isoformat(), "rows": [], "pruned": pruned,
-                              "conditions": build_conditions(cfg)}
-    failures: list[tuple[Row, str, str]] = []
-    built = 0
-    if todo:
-        generator = generator_digest()
-        rows = {d.row.key: d.row for d in todo}
-        standing = for_build(cfg, log)
-        with RayExecutor(cfg.executor, cfg.compile_timeout_s, standing) as pool:
-            pool.share_sources(collect(cfg.kernels_dir))
-            for d in (reversed(todo) if cfg.extra.get("row_order") == "reversed" else todo):
-                pool.submit(_request(cfg, d.row))
-            bar = tqdm(total=len(todo), desc="compiling", unit="obj", file=log, disable=None)
-            try:
-                # A long build keeps the standing cluster's idle clock from running out under it.
-                heartbeat = (lambda: mark_used(cfg.root)) if standing else (lambda: None)
-                built = _collect(cfg, pool, rows, generator, writer, report["rows"], failures, bar, log, heartbeat)
-            finally:
-                writer.flush()
-            bar.close()
-        if standing:
-            mark_used(cfg.root)  # the idle clock starts when the build ends
-    elapsed = time.monotonic() - started
-    report |= {"seconds": round(elapsed, 3), "built": built, "failed": len(failures),
-               "up_to_date": len(decisions) - len(todo)}
-    report_path = _write_report(cfg, report)
-    for row, reason, stderr in failures:
-        print(f"\n--- {row.key} failed: {reason}", file=log)
-        if stderr.strip():
-            print(_tail(stderr), file=log)
-    print(f"\nbuilt {built}, failed {len(failures)}, up to date {len(decisions) - len(todo)} "
-          f"in {elapsed:.1f} s; report: {report_path}", file=log)
-    return len(failures)
+    if not todo:
+        return 0
+    generator = generator_digest()
+    rows = {d.row.key: d.row for d in todo}
+    standing = for_build(cfg, log)
+    with RayExecutor(cfg.executor, cfg.compile_timeout_s, standing) as pool:
+        pool.share_sources(collect(cfg.kernels_dir))
+        for d in (reversed(todo) if cfg.extra.get("row_order") == "reversed" else todo):
+            pool.submit(_request(cfg, d.row))
+        bar = tqdm(total=len(todo), desc="compiling", unit="obj", file=log, disable=None)
+        try:
+            # A long build keeps the standing cluster's idle clock from running out under it.
+            heartbeat = (lambda: mark_used(cfg.root)) if standing else (lambda: None)
+            built = _collect(cfg, pool, rows, generator, writer, report["rows"], failures, bar, log, heartbeat)
+        finally:
+            writer.flush()
+        bar.close()
+    if standing:
+        mark_used(cfg.root)  # the idle clock starts when the build ends
+    return built
 
 
 def build_conditions(cfg: FarmConfig) -> dict[str, Any]:
@@ -225,15 +284,21 @@ def build_conditions(cfg: FarmConfig) -> dict[str, Any]:
     }
 
 
-def _write_report(cfg: FarmConfig, report: dict[str, Any]) -> Path:
-    """Timings and logs live here, outside outputs/, so outputs/ stays byte-reproducible."""
-    stamp = report["started_utc"].replace(":", "").replace("-", "").split(".")[0]
-    path = cfg.report_dir / f"build-{stamp}.json"
-    text = canonical_json(report)
-    write_text_atomic(path, text)
-    write_text_atomic(cfg.report_dir / "latest-build.json", text)
-    trace = canonical_json(chrome_trace(report["rows"]))
-    write_text_atomic(cfg.report_dir / f"build-{stamp}.trace.json", trace)
-    write_text_atomic(cfg.report_dir / "latest-build.trace.json", trace)
+def _write_report(cfg: FarmConfig, report: dict[str, Any], log: Any) -> Path | str:
+    """Timings and logs live here, outside outputs/, so outputs/ stays byte-reproducible. The name carries
+    the time to the microsecond and the pid: two builds never write the same report. A report that cannot
+    be written (disk full) is said in one line; it never hides the build's own result."""
+    stamp = report["started_utc"].replace(":", "").replace("-", "").split("+")[0].replace(".", "-")
+    name = f"build-{stamp}-{os.getpid()}"
+    path = cfg.report_dir / f"{name}.json"
+    try:
+        text = canonical_json(report)
+        write_text_atomic(path, text)
+        write_text_atomic(cfg.report_dir / "latest-build.json", text)
+        trace = canonical_json(chrome_trace(report["rows"]))
+        write_text_atomic(cfg.report_dir / f"{name}.trace.json", trace)
+        write_text_atomic(cfg.report_dir / "latest-build.trace.json", trace)
+    except OSError as exc:
+        print(f"the build report could not be written to {cfg.report_dir} ({exc.strerror or exc})", file=log)
+        return f"not written ({exc.strerror or exc})"
     return path
-

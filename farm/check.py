@@ -9,6 +9,8 @@ from .canonical import canonical_json, digest_of, sha256_bytes
 from .config import FarmConfig
 from .digest import changed_inputs, generator_digest, inputs_of, source_hashes
 from .elfinfo import NotACodeObject, read_code_object
+from .errors import FarmError
+from .outtree import OutputDir
 from .rows import Row
 from .toolchain import differences, require_pin
 from .verify import describe, problems
@@ -34,17 +36,27 @@ def check(cfg: FarmConfig, rows: list[Row], all_rows: list[Row]) -> list[str]:
 
 def _check_directory(cfg: FarmConfig, op: str, target: str, rows: list[Row],
                      known: set[tuple[str, str, str]], generator: str) -> list[str]:
-    where = manifest.directory(cfg, op, target)
-    mpath = where / "manifest.json"
     try:
-        data = manifest.load(mpath)
+        with OutputDir(cfg.outputs_dir, op, target) as out:
+            return _check_opened(cfg, out, op, target, rows, known, generator)
+    except FarmError as exc:  # a symlinked directory: named, and the other directories are still checked
+        return [exc.what]
+
+
+def _check_opened(cfg: FarmConfig, out: OutputDir, op: str, target: str, rows: list[Row],
+                  known: set[tuple[str, str, str]], generator: str) -> list[str]:
+    where = out.path
+    mpath = where / manifest.MANIFEST
+    try:
+        listing = manifest.read(out)
     except manifest.ManifestUnreadable as exc:
         return [exc.what]
-    if data is None:
+    if listing.data is None:
         return [f"{mpath}: missing ({len(rows)} rows selected here were never built or were deleted)"]
-    found: list[str] = []
-    entries = manifest.entries_of(data)
-    if mpath.read_text() != canonical_json(data):
+    data = listing.data
+    found: list[str] = list(listing.bad)
+    entries = listing.entries
+    if listing.text != canonical_json(data).encode():
         found.append(f"{mpath}: edited by hand (not in the form the farm writes)")
     for key in ("schema", "op", "target", "toolchain"):
         expected = {"schema": manifest.SCHEMA, "op": op, "target": cfg.targets[target].as_dict(),
@@ -52,30 +64,33 @@ def _check_directory(cfg: FarmConfig, op: str, target: str, rows: list[Row],
         if data.get(key) != expected:
             detail = "; ".join(differences(expected, data.get(key) or {})) if key == "toolchain" else ""
             found.append(f"{mpath}: '{key}' block differs from the config{': ' + detail if detail else ''}")
-    paths = [where / row.file_name for row in rows if (where / row.file_name).is_file()]
+    paths = [where / row.file_name for row in rows if out.kind(row.file_name) == "file"]
     disassembled = disasm.count_files(cfg.toolchain_pin.get("disassembler"), target, paths)
     for row in rows:
         path = where / row.file_name
-        found += _check_object(cfg, row, entries.get(row.file_name), path, mpath, generator, disassembled.get(path))
+        found += _check_object(cfg, row, entries.get(row.file_name), out, mpath, generator, disassembled.get(path))
     for file in sorted(entries):
         if (op, target, file) not in known:
             found.append(f"{where / file}: manifest entry for an object no row in instances/ makes")
-    for path in sorted(where.iterdir()) if where.is_dir() else []:
-        if path.name not in entries and path.name not in ("manifest.json", "SOURCE.md"):
-            found.append(f"{path}: file not recorded in {mpath.name}")
-    source_md = where / "SOURCE.md"
-    if not source_md.is_file() or source_md.read_text() != manifest.render_source_md(cfg, op, target, entries):
-        found.append(f"{source_md}: missing or differs from the provenance the manifest implies")
+    for name in out.names():
+        if name not in entries and name not in (manifest.MANIFEST, manifest.PROVENANCE):
+            found.append(f"{where / name}: file not recorded in {mpath.name}")
+    source_md = out.read_bytes(manifest.PROVENANCE)
+    if source_md is None or source_md != manifest.render_source_md(cfg, op, target, entries).encode():
+        found.append(f"{where / manifest.PROVENANCE}: missing or differs from the provenance the manifest implies")
     return found
 
 
-def _check_object(cfg: FarmConfig, row: Row, entry: dict | None, path: Path, mpath: Path,
+def _check_object(cfg: FarmConfig, row: Row, entry: dict | None, out: OutputDir, mpath: Path,
                   generator: str, functions: dict[str, dict[str, int]] | None) -> list[str]:
+    path = out.path / row.file_name
     if entry is None:
         return [f"{path}: row {row.key} has no entry in {mpath}"]
-    if not path.is_file():
-        return [f"{path}: missing (recorded in {mpath.name})"]
-    data = path.read_bytes()
+    kind = out.kind(row.file_name)
+    data = out.read_bytes(row.file_name)
+    if data is None:
+        return [f"{path}: " + ("missing" if kind is None else f"a {kind}, not a regular file")
+                + f" (recorded in {mpath.name})"]
     found: list[str] = []
     if sha256_bytes(data) != entry.get("sha256") or len(data) != entry.get("size"):
         found.append(f"{path}: SHA256/size differ from {mpath.name} (object tampered or manifest edited)")

@@ -39,9 +39,17 @@ def source_hashes(kernels_dir: Path, rels: list[str] | dict[str, Any]) -> dict[s
     """Current SHA256 of each recorded source file (None when it no longer exists)."""
     out: dict[str, str | None] = {}
     for rel in sorted(rels):
-        path = kernels_dir / rel
-        out[rel] = sha256_file(path) if path.is_file() else None
+        # A recorded name is data: one that is not a plain relative path inside kernels_src/ is never opened.
+        path = kernels_dir / rel if source_path_ok(rel) else None
+        out[rel] = sha256_file(path) if path is not None and path.is_file() else None
     return out
+
+
+def source_path_ok(rel: object) -> bool:
+    """A relative POSIX path of plain components under kernels_src/ (no '..', no absolute path)."""
+    if not isinstance(rel, str) or not rel or rel.startswith("/") or "\\" in rel or "\0" in rel:
+        return False
+    return all(part not in ("", ".", "..") for part in rel.split("/"))
 
 
 def inputs_of(cfg: FarmConfig, row: Row, sources: dict[str, Any], generator: str) -> dict[str, Any]:

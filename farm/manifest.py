@@ -7,13 +7,14 @@ so rebuilding from the same inputs gives the same bytes, and `farm check` can re
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .atomic import write_text_atomic
 from .canonical import canonical_json, digest_of
 from .config import FarmConfig
 from .errors import FarmError
+from .outtree import MANIFEST, OBJECT_SUFFIX, PROVENANCE, OutputDir, object_name_problem
 from .vendor.lock import vendored_sources
 
 SCHEMA = 2  # 2: instruction classes per object and per kernel
@@ -53,25 +54,77 @@ class ManifestUnreadable(FarmError):
     pass
 
 
-def load(path: Path) -> dict[str, Any] | None:
-    """The parsed manifest, None when absent; ManifestUnreadable when it is not a manifest."""
-    if not path.is_file():
-        return None
+def parse(text: str | bytes, where: Path) -> dict[str, Any]:
+    """A manifest's structure; ManifestUnreadable when it is not a manifest at all."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(text)
         if not isinstance(data, dict) or not isinstance(data.get("objects"), list):
             raise ValueError("no objects list")
         for entry in data["objects"]:
             if not isinstance(entry, dict) or "file" not in entry:
                 raise ValueError("an object entry has no file")
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ManifestUnreadable(f"{path}: not a readable manifest ({exc})",
+        raise ManifestUnreadable(f"{where}: not a readable manifest ({exc})",
                                  "rebuild the directory: farm build (its objects will be rebuilt)") from None
     return data
 
 
+def load(path: Path) -> dict[str, Any] | None:
+    """The parsed manifest at `path` (for comparing two trees), None when absent."""
+    if not path.is_file():
+        return None
+    return parse(path.read_bytes(), path)
+
+
+def entry_problems(data: dict[str, Any], where: Path) -> list[str]:
+    """One line per entry whose `file` is not a name the farm gives an object (a path, `..`, not a
+    string, not its own `name` + .hsaco, a duplicate). Such an entry is data the farm never acts on."""
+    problems, seen = [], set()
+    for i, entry in enumerate(data["objects"]):
+        file = entry.get("file")
+        problem = object_name_problem(file)
+        if problem is None and file != f"{entry.get('name')}{OBJECT_SUFFIX}":
+            problem = f"file name {file!r} is not the entry's own name {entry.get('name')!r} + {OBJECT_SUFFIX}"
+        if problem is None and file in seen:
+            problem = f"file name {file!r} is listed twice"
+        if problem is not None:
+            problems.append(f"{where}: objects[{i}]: {problem}")
+        else:
+            seen.add(file)
+    return problems
+
+
 def entries_of(data: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-    return {} if data is None else {e["file"]: e for e in data["objects"]}
+    """The entries keyed by file name, only those whose name is valid (see `entry_problems`)."""
+    if data is None:
+        return {}
+    return {e["file"]: e for e in data["objects"] if object_name_problem(e.get("file")) is None
+            and e["file"] == f"{e.get('name')}{OBJECT_SUFFIX}"}
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A directory's manifest as read: its data (None when absent), the valid entries, and the bad ones."""
+
+    data: dict[str, Any] | None
+    text: bytes | None
+    entries: dict[str, dict[str, Any]]
+    bad: list[str]
+
+
+def read(out: OutputDir) -> Listing:
+    """Read `manifest.json` of an opened directory (never through a symlink); ManifestUnreadable when it
+    is there but is not a manifest."""
+    where = out.path / MANIFEST
+    kind = out.kind(MANIFEST)
+    if kind is None:
+        return Listing(None, None, {}, [])
+    text = out.read_bytes(MANIFEST)
+    if text is None:
+        raise ManifestUnreadable(f"{where}: a {kind}, not a regular file",
+                                 f"remove {where}; `farm build` rebuilds the directory")
+    data = parse(text, where)
+    return Listing(data, text, entries_of(data), entry_problems(data, where))
 
 
 def render_source_md(cfg: FarmConfig, op: str, target: str, entries: dict[str, dict[str, Any]]) -> str:
@@ -127,8 +180,8 @@ def _vendored_section(cfg: FarmConfig, sources: dict[str, str]) -> list[str]:
     ]
 
 
-def write_directory(cfg: FarmConfig, op: str, target: str, entries: dict[str, dict[str, Any]]) -> None:
-    """Write manifest.json then SOURCE.md, each atomically."""
-    where = directory(cfg, op, target)
-    write_text_atomic(where / "manifest.json", render(cfg, op, target, entries))
-    write_text_atomic(where / "SOURCE.md", render_source_md(cfg, op, target, entries))
+def write_directory(cfg: FarmConfig, out: OutputDir, op: str, target: str,
+                    entries: dict[str, dict[str, Any]]) -> None:
+    """Write manifest.json then SOURCE.md, each atomically, inside the opened directory."""
+    out.write_atomic(MANIFEST, render(cfg, op, target, entries).encode())
+    out.write_atomic(PROVENANCE, render_source_md(cfg, op, target, entries).encode())

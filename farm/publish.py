@@ -21,8 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .atomic import write_bytes_atomic
+from .canonical import sha256_file
 from .config import FarmConfig
 from .errors import FarmError
+from .lock import command_line, lock_wait, tree_lock
 from .rows import Row
 
 if TYPE_CHECKING:
@@ -337,13 +340,32 @@ def _command(verb: str, *args: str) -> str:
 
 # ---------------------------------------------------------------------------------------------- push
 
+def _snapshot(out: Path) -> dict[str, str]:
+    """SHA256 of every file under `out` by relative path; a symlink anywhere is refused (DVC would follow it)."""
+    files: dict[str, str] = {}
+    for path in sorted(out.rglob("*")):
+        if path.is_symlink():
+            raise FarmError(f"{path} is a symlink: the farm publishes only files it wrote",
+                            f"remove {path}, then `farm build` and `farm push` again")
+        if path.is_file():
+            files[path.relative_to(out).as_posix()] = sha256_file(path)
+    return files
+
+
 def push(cfg: FarmConfig, flags: set[str]) -> int:
-    """Check, then `dvc add` outputs/ (rewriting outputs.dvc) and `dvc push` it; print what changed."""
+    """Under the output tree's lock: check, then `dvc add` outputs/ (rewriting outputs.dvc) and `dvc push`
+    it, refusing if the tree DVC recorded is not the one that was checked; print what changed."""
+    if not cfg.outputs_dir.is_dir():
+        raise FarmError(f"{cfg.outputs_dir} does not exist: nothing to publish", "run `farm build` first")
+    with tree_lock(cfg.outputs_dir, command_line(), wait_s=lock_wait(cfg)):
+        return _push_locked(cfg)
+
+
+def _push_locked(cfg: FarmConfig) -> int:
     rel, pointer_rel = _paths(cfg)
     remote = remote_of(cfg)
     pointer = cfg.root / pointer_rel
-    if not cfg.outputs_dir.is_dir():
-        raise FarmError(f"{cfg.outputs_dir} does not exist: nothing to publish", "run `farm build` first")
+    checked = _snapshot(cfg.outputs_dir)
     rows, found = _drift(cfg)
     if found:
         for line in found:
@@ -363,10 +385,20 @@ def push(cfg: FarmConfig, flags: set[str]) -> int:
                 before = _granular(repo, rel)
             except (DvcException, OSError) as exc:  # the old listing is neither cached nor on the remote
                 _say_error("push", "could not list the previous outputs.dvc", exc)
+        old_text = pointer.read_bytes() if pointer.is_file() else None
         try:
             repo.add(rel)
         except DvcException as exc:
             _say_error("push", f"dvc add {rel} failed", exc)
+            return 1
+        recorded = _pointer_fields(pointer)
+        now = _snapshot(cfg.outputs_dir)
+        if now != checked or recorded["nfiles"] != len(checked):
+            changed = sorted(set(now) ^ set(checked) | {k for k in now if k in checked and now[k] != checked[k]})
+            _restore_pointer(pointer, old_text)
+            print(f"refusing to publish: {rel}/ changed while it was being checked and recorded "
+                  f"({', '.join(changed[:5]) or 'file count differs'}); {pointer_rel} was left as it was. "
+                  "Run `farm check`, then `farm push` again")
             return 1
         try:
             sent = repo.push(targets=[pointer_rel])
@@ -381,6 +413,13 @@ def push(cfg: FarmConfig, flags: set[str]) -> int:
           + ("" if old is None or old["md5"] != new["md5"] else " (unchanged)")
           + f"; commit {pointer_rel}")
     return 0
+
+
+def _restore_pointer(pointer: Path, old_text: bytes | None) -> None:
+    if old_text is None:
+        pointer.unlink(missing_ok=True)
+    else:
+        write_bytes_atomic(pointer, old_text)
 
 
 def _print_changes(out: Path, rel: str, old: dict[str, Any] | None, before: Granular | None,
@@ -405,7 +444,13 @@ def _print_changes(out: Path, rel: str, old: dict[str, Any] | None, before: Gran
 # ---------------------------------------------------------------------------------------------- pull
 
 def pull(cfg: FarmConfig, flags: set[str]) -> int:
-    """`dvc pull` of outputs.dvc, naming what did not arrive intact, then the drift guard on what did."""
+    """`dvc pull` of outputs.dvc under the output tree's lock, naming what did not arrive intact, then the
+    drift guard on what did."""
+    with tree_lock(cfg.outputs_dir, command_line(), wait_s=lock_wait(cfg)):
+        return _pull_locked(cfg, flags)
+
+
+def _pull_locked(cfg: FarmConfig, flags: set[str]) -> int:
     rel, pointer_rel = _paths(cfg)
     remote = remote_of(cfg)
     pointer = cfg.root / pointer_rel

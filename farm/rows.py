@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import FarmConfig
+from .config import SAFE_NAME, FarmConfig
 from .errors import FarmError
 
 
@@ -39,12 +39,21 @@ class Row:
                 "knobs": self.knobs, "allow": self.allow}
 
     @staticmethod
-    def from_json(data: dict[str, Any], where: str) -> Row:
+    def from_json(data: Any, where: str) -> Row:
+        """A row read back from instances/: data, so every name is checked before it can name a file."""
+        fix = "regenerate it with `farm expand`"
+        if not isinstance(data, dict):
+            raise FarmError(f"{where}: malformed row (not a JSON object)", fix)
         try:
-            return Row(op=data["op"], target=data["target"], name=data["name"], group=data["group"],
-                       knobs=dict(data["knobs"]), allow=dict(data["allow"]))
-        except (KeyError, TypeError) as exc:
-            raise FarmError(f"{where}: malformed row ({exc})", "regenerate it with `farm expand`") from None
+            row = Row(op=data["op"], target=data["target"], name=data["name"], group=str(data["group"]),
+                      knobs=dict(data["knobs"]), allow=dict(data["allow"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FarmError(f"{where}: malformed row (missing or wrong field {exc})", fix) from None
+        for field in ("op", "target", "name"):
+            value = getattr(row, field)
+            if not isinstance(value, str) or not SAFE_NAME.match(value) or len(value) > 150:
+                raise FarmError(f"{where}: row {field} {value!r} leaves the safe alphabet [a-z0-9_.-]", fix)
+        return row
 
 
 def sort_key(row: Row) -> tuple[str, str, str]:
@@ -66,8 +75,12 @@ def load_table(cfg: FarmConfig, op: str) -> list[Row]:
     if not path.is_file():
         raise FarmError(f"{path} is missing: the instance table of op {op!r} was never expanded",
                         "run `farm expand` and commit instances/")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FarmError(f"{path}: not UTF-8 text (byte {exc.start})", "regenerate it with `farm expand`") from None
     rows = []
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+    for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
@@ -75,7 +88,11 @@ def load_table(cfg: FarmConfig, op: str) -> list[Row]:
             data = json.loads(line)
         except json.JSONDecodeError as exc:
             raise FarmError(f"{where}: not JSON ({exc.msg})", "regenerate it with `farm expand`") from None
-        rows.append(Row.from_json(data, where))
+        row = Row.from_json(data, where)
+        if row.op != op:
+            raise FarmError(f"{where}: a row of op {row.op!r} in the table of op {op!r}",
+                            "regenerate it with `farm expand`")
+        rows.append(row)
     return rows
 
 

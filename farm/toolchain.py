@@ -19,6 +19,7 @@ from typing import Any
 
 from .canonical import sha256_file
 from .errors import FarmError
+from .private import read_private_text, write_private_text
 
 LINKER_PACKAGE = "ziglang"
 # What a compile worker's bytes depend on; the pin's `disassembler` only verifies, on the driver.
@@ -76,23 +77,27 @@ def _linker_version(command: list[str]) -> str:
     return first[0].split(" (")[0]
 
 
-def _cached_sha256(path: Path, cache_file: Path | None) -> str:
-    """Hashing the 180 MB linker takes ~0.6 s; remember it per (path, size, mtime, inode)."""
+def _cached_sha256(path: Path, cache_dir: Path | None) -> str:
+    """Hashing the 180 MB linker takes ~0.6 s; remember it per file identity.
+
+    The key includes the inode's change time (ctime), which every write and every timestamp reset
+    moves and no user can set back, so a binary changed in place with its mtime restored is hashed
+    again. The cache lives in a private per-user directory (farm/private.py), so nobody else can
+    plant an entry; an entry that cannot be read is simply recomputed."""
     st = path.stat()
-    key = f"{path}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
-    cache: dict[str, str] = {}
-    if cache_file is not None and cache_file.is_file():
+    key = f"{path.resolve()}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+    cache_file = cache_dir / "linker-sha256.json" if cache_dir is not None else None
+    if cache_file is not None:
         try:
-            cache = json.loads(cache_file.read_text())
-        except (OSError, ValueError):
-            cache = {}
-    if key in cache:
-        return cache[key]
+            cached = json.loads(read_private_text(cache_file) or "{}")
+        except ValueError:
+            cached = {}
+        if isinstance(cached, dict) and isinstance(cached.get(key), str):
+            return cached[key]
     digest = sha256_file(path)
     if cache_file is not None:
         try:
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-            cache_file.write_text(json.dumps({key: digest}))
+            write_private_text(cache_file, json.dumps({key: digest}))
         except OSError:
             pass  # a cache we cannot write only costs time
     return digest
@@ -106,7 +111,7 @@ def installed(cache_dir: Path | None = None, linker: dict[str, Any] | None = Non
     binary = linker_binary(linker)
     found: dict[str, Any] = {
         "version": _linker_version(linker_command(linker)),
-        "sha256": _cached_sha256(binary, cache_dir / "linker-sha256.json" if cache_dir else None),
+        "sha256": _cached_sha256(binary, cache_dir),
     }
     if linker and linker.get("path"):
         found["path"] = str(linker["path"])
