@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import copy_project, run_farm, shrink_rmsnorm
+from conftest import REPO, copy_project, run_farm, shrink_rmsnorm
 
 # A test-only op: one healthy row (the real rmsnorm kernel), one row whose compile process aborts
 # the way an LLVM instruction-selection error does (SIGABRT after a message on stderr), and one
-# row that never finishes.
+# row that never finishes; and for the parent's own deadline, a row that ignores its alarm and one
+# that kills its warm compile server mid-compile.
 CRASHY_OP = """name: crashy
 family: crashy
 generator: crashy.gen
@@ -22,18 +27,28 @@ groups:
   - name: all
     name_format: 'crashy_{mode}'
     axes:
-      mode: [ok, abort, hang]
+      mode: [ok, abort, hang, alarm, killserver]
 """
 CRASHY_SPEC = """def check_row(knobs):
-    if knobs["mode"] not in ("ok", "abort", "hang"):
+    if knobs["mode"] not in ("ok", "abort", "hang", "alarm", "killserver"):
         raise ValueError(f"mode={knobs['mode']!r} unknown")
 """
 CRASHY_GEN = """import os
+import signal
 import sys
 import time
 
 
 def launcher_and_args(knobs):
+    if knobs["mode"] == "alarm":  # a compile that installs its own SIGALRM handler and never ends
+        signal.signal(signal.SIGALRM, lambda *_: None)
+        while True:
+            time.sleep(3600)
+    if knobs["mode"] == "killserver":  # only ever the warm zygote (the fresh path's parent is a Ray worker)
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            if b"farm.compile.zygote" in f.read():
+                os.kill(os.getppid(), signal.SIGKILL)
+        time.sleep(3600)
     if knobs["mode"] == "abort":
         sys.stderr.write("LLVM ERROR: Cannot select: intrinsic %llvm.simulated.by.the.test\\n")
         sys.stderr.flush()
@@ -63,13 +78,14 @@ def crashy_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("warm", ["true", "false"])
 def test_a_dying_compile_fails_its_row_alone(crashy_project: Path, warm: str, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    proc = run_farm(crashy_project, "build", "ops=[crashy]", f"outputs_dir={out}", "compile_timeout_s=20",
-                    f"executor.warm={warm}")
+    proc = run_farm(crashy_project, "build", "ops=[crashy]", "names=[crashy_ok,crashy_abort,crashy_hang]",
+                    f"outputs_dir={out}", "compile_timeout_s=20", f"executor.warm={warm}")
     assert proc.returncode == 1
     assert "built 1, failed 2" in proc.stderr
     assert "crashy/gfx942/crashy_abort failed: compiler process killed by signal 6" in proc.stderr
     assert "LLVM ERROR: Cannot select: intrinsic %llvm.simulated.by.the.test" in proc.stderr
-    assert "crashy/gfx942/crashy_hang failed: compile did not finish (time limit 20 s" in proc.stderr
+    assert "crashy/gfx942/crashy_abort: compiler process killed by signal 6: LLVM ERROR: Cannot select" in proc.stderr
+    assert "crashy/gfx942/crashy_hang failed: compile did not finish: time limit 20 s reached" in proc.stderr
     files = sorted(p.name for p in (out / "crashy" / "gfx942").iterdir())
     assert files == ["SOURCE.md", "crashy_ok.hsaco", "manifest.json"]
     check = run_farm(crashy_project, "check", "ops=[crashy]", f"outputs_dir={out}")
@@ -105,8 +121,6 @@ def test_missing_linker_is_named_before_compiling(tmp_path: Path) -> None:
 
 def test_dead_zygotes_leave_no_directories(tmp_path: Path) -> None:
     """Ray ends workers by signal, so a zygote's private directory is swept by the next zygote instead."""
-    import subprocess
-
     from farm.compile.isolate import sweep_dead_zygote_homes
 
     dead_proc = subprocess.Popen(["true"])  # a pid that has exited and been reaped
@@ -118,3 +132,98 @@ def test_dead_zygotes_leave_no_directories(tmp_path: Path) -> None:
     (tmp_path / "unrelated").mkdir()
     sweep_dead_zygote_homes(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["farm-zygote-live", "farm-zygote-starting", "unrelated"]
+
+
+def _bounded_build(project: Path, *args: str, limit_s: float = 300) -> subprocess.CompletedProcess:
+    """`farm build` that fails the test instead of hanging it (the bugs below were hangs)."""
+    env = dict(os.environ)
+    env.pop("FARM_PROJECT", None)
+    return subprocess.run([sys.executable, "-m", "farm.cli", "build", *args], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=limit_s)
+
+
+def test_parent_deadline_kills_a_compile_that_ignores_its_alarm(crashy_project: Path, tmp_path: Path) -> None:
+    """Case 7: the child's own SIGALRM was the only time limit on the warm path; a compile with its own
+    SIGALRM handler hung the row (and its worker) for good. The parent now kills it at the deadline."""
+    proc = _bounded_build(crashy_project, "ops=[crashy]", "names=[crashy_alarm,crashy_ok]", "compile_timeout_s=5",
+                          "executor.num_cpus=1", f"outputs_dir={tmp_path / 'out'}")
+    assert proc.returncode == 1, proc.stderr
+    assert "crashy/gfx942/crashy_alarm failed: compile did not finish: time limit 5 s reached" in proc.stderr
+    assert "built 1, failed 1" in proc.stderr  # the same worker compiles the next row
+    assert (tmp_path / "out" / "crashy" / "gfx942" / "crashy_ok.hsaco").is_file()
+
+
+def test_a_dead_compile_server_is_not_reported_as_a_time_limit(crashy_project: Path, tmp_path: Path) -> None:
+    """Case 13: a zygote killed mid-compile was reported as `time limit 900 s`."""
+    proc = _bounded_build(crashy_project, "ops=[crashy]", "names=[crashy_killserver,crashy_ok]",
+                          "compile_timeout_s=900", "executor.num_cpus=1", f"outputs_dir={tmp_path / 'out'}")
+    assert proc.returncode == 1, proc.stderr
+    assert ("crashy/gfx942/crashy_killserver failed: compile did not finish: the warm compile server died "
+            "(zygote killed by signal 9), not the time limit") in proc.stderr, proc.stderr
+    assert "time limit 900 s reached" not in proc.stderr
+    assert "built 1, failed 1" in proc.stderr  # a new zygote compiles the next row
+    report = json.loads((crashy_project / ".farm" / "reports" / "latest-build.json").read_text())
+    [dead] = [r for r in report["rows"] if r["key"].endswith("crashy_killserver")]
+    assert "[the warm compile server died]" in dead["stderr"]
+
+
+@pytest.fixture()
+def rmsnorm_request() -> Iterator[tuple[dict, dict[str, bytes]]]:
+    """One real row compiled in this process's own zygote (stopped, by its pids, at the end)."""
+    from farm import config as config_mod
+    from farm.build import _request
+    from farm.compile import isolate
+    from farm.expand import fresh_rows
+    from farm.sources import collect
+
+    cfg = config_mod.load(REPO, ["ops=[rmsnorm]", "targets=[gfx942]", "dtypes=[f32]"])
+    rows, _ = fresh_rows(cfg)
+    yield _request(cfg, rows[0]), collect(cfg.kernels_dir)
+    if isolate._ZYGOTE is not None:
+        isolate._ZYGOTE.stop()
+        isolate._ZYGOTE = None
+
+
+def test_lost_linker_shim_is_recreated_and_its_error_named(rmsnorm_request: tuple[dict, dict],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Case 8: a temp cleaner deleting the zygote home's `ld.lld` shim failed every later compile of that
+    worker, and the console showed MLIR text instead of the linker's failure."""
+    from farm.compile import isolate
+
+    request, sources = rmsnorm_request
+    first = isolate.compile_isolated(request, sources, 120)
+    assert first["ok"], first["error"]
+    zygote = isolate._ZYGOTE
+    assert zygote is not None and zygote.home.parent == isolate.short_private_dir("zygotes")
+    shim = zygote.home / "rocm" / "llvm" / "bin" / "ld.lld"
+    # Without the recreation (the old code), the linker is missing: the error names lld, not MLIR.
+    shim.unlink()
+    with monkeypatch.context() as patch:
+        patch.setattr(isolate, "write_linker_shim", lambda rocm, linker=None: rocm)
+        failed = isolate.compile_isolated(request, sources, 120)
+    assert not failed["ok"]
+    assert failed["error"].startswith("compiler process exited with status 1: ")
+    assert "lld invocation failed" in failed["error"] and "llvm.func" not in failed["error"]
+    # With it: the shim is written again before the compile, the same zygote compiles.
+    again = isolate.compile_isolated(request, sources, 120)
+    assert again["ok"], again["error"]
+    assert again["elf"] == first["elf"] and isolate._ZYGOTE is zygote and shim.is_file()
+    # The whole home gone (socket included): a new zygote pair starts and compiles.
+    shutil.rmtree(zygote.home)
+    fresh = isolate.compile_isolated(request, sources, 120)
+    assert fresh["ok"], fresh["error"]
+    assert fresh["elf"] == first["elf"] and isolate._ZYGOTE is not zygote
+    assert zygote.proc.poll() is not None and zygote.binary.poll() is not None  # the old pair was ended
+
+
+def test_cause_of_prefers_error_lines_to_mlir_text() -> None:
+    from farm.compile.isolate import cause_of
+
+    log = ('Traceback (most recent call last):\n  File "x.py", line 1, in f\n    raise RuntimeError(x)\n'
+           "RuntimeError: LLVM codegen (gpu-module-to-binary) failed in its own process (exit 1):\n"
+           'error: "-":2:3: lld invocation failed\n'
+           ' note: "-":2:3: see current operation:\n  "llvm.func"() <{sym_name = "k"}> ({\n'
+           + "    }) : () -> ()\n" * 40)
+    assert cause_of(log) == 'error: "-":2:3: lld invocation failed'
+    assert cause_of("noise\nValueError: mode='x' unknown\n") == "ValueError: mode='x' unknown"
+    assert cause_of("nothing to see\n") == ""

@@ -23,6 +23,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,14 @@ from .forking import run_forked
 BINARY_PASS = "gpu-module-to-binary"
 SERVER_ENV = "FARM_BINARY_SERVER"  # the compile child's way to its worker's binary server (a socket path)
 CHILD_TIME_LIMIT_S = 1800  # a codegen child past this ends (its compile process has long timed out)
+# The row's deadline (Unix time), set by the parent (isolate.py) in the compile's environment: the
+# server kills a codegen child still running past it, so a hung codegen never blocks the next row.
+DEADLINE_ENV = "FARM_ROW_DEADLINE"
+DEADLINE_GRACE_S = 2.0
+
+
+def _seconds_left(deadline_unix: float | None) -> float | None:
+    return None if deadline_unix is None else max(0.0, deadline_unix - time.time()) + DEADLINE_GRACE_S
 
 
 def codegen(module_text: str, fragment: str) -> str:
@@ -53,8 +62,9 @@ def run_in_own_process(module_text: str, fragment: str, work: Path) -> str:
     """The compile process's side: hand the module to the binary server (or a fresh interpreter)."""
     src, out, job_path, log_path = _job_files(work)
     src.write_text(module_text)
+    deadline = float(os.environ[DEADLINE_ENV]) if os.environ.get(DEADLINE_ENV) else None
     job_path.write_text(json.dumps({"input": str(src), "output": str(out), "fragment": fragment,
-                                    "log": str(log_path)}))
+                                    "log": str(log_path), "deadline_unix": deadline}))
     server = os.environ.get(SERVER_ENV)
     if server:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
@@ -68,8 +78,12 @@ def run_in_own_process(module_text: str, fragment: str, work: Path) -> str:
         code = json.loads(reply)["returncode"] if reply else None
         log = log_path.read_text(errors="replace") if log_path.is_file() else ""
     else:
-        proc = subprocess.run([sys.executable, "-m", "farm.compile.binary_step", str(job_path)],
-                              env=dict(os.environ), capture_output=True, text=True)
+        try:
+            proc = subprocess.run([sys.executable, "-m", "farm.compile.binary_step", str(job_path)],
+                                  env=dict(os.environ), capture_output=True, text=True,
+                                  timeout=_seconds_left(deadline))
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"LLVM codegen ({BINARY_PASS}) passed the row's time limit") from None
         code, log = proc.returncode, proc.stdout + proc.stderr
     if code != 0 or not out.is_file():
         raise RuntimeError(f"LLVM codegen ({BINARY_PASS}) failed in its own process (exit {code}):\n{log}")
@@ -145,8 +159,17 @@ def serve(socket_path: str) -> None:
             conn, _ = listener.accept()
             with conn:
                 job_path = conn.makefile("r").readline().strip()
-                code = run_forked(lambda job_path=job_path: _run_child(job_path))
+                code = run_forked(lambda job_path=job_path: _run_child(job_path), deadline=_deadline_of(job_path))
                 conn.sendall((json.dumps({"returncode": code}) + "\n").encode())
+
+
+def _deadline_of(job_path: str) -> float | None:
+    """The job's deadline on this process's monotonic clock (None: no deadline, or no readable job)."""
+    try:
+        left = _seconds_left(json.loads(Path(job_path).read_text()).get("deadline_unix"))
+    except (OSError, ValueError, AttributeError):
+        return None
+    return None if left is None else time.monotonic() + left
 
 
 def main(argv: list[str]) -> int:

@@ -6,7 +6,9 @@ abort kills only that child, and nothing one compile does can leak into the next
 
 Protocol (one JSON object per line): the zygote says {"ready": true} once its imports are done; then
 the parent writes a job {request, result, log, env, cwd, timeout_s} and the zygote replies
-{"returncode": N} (negative: killed by that signal).
+{"pid": P} as soon as it forked the job's child, then {"returncode": N} (negative: killed by that
+signal). The parent enforces the row's deadline: past it, it kills child P itself, because a compile
+can install its own SIGALRM handler and outlive the child's alarm.
 """
 
 from __future__ import annotations
@@ -69,9 +71,17 @@ def serve() -> None:
         if not line.strip():
             continue
         job = json.loads(line)
-        code = run_forked(lambda job=job: _run_child(job))
-        sys.stdout.write(json.dumps({"returncode": code}) + "\n")
-        sys.stdout.flush()
+        code = run_forked(lambda job=job: _run_child(job), on_start=_tell)
+        _tell_parent({"returncode": code})
+
+
+def _tell(pid: int) -> None:
+    _tell_parent({"pid": pid})
+
+
+def _tell_parent(message: dict) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
