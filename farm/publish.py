@@ -126,6 +126,27 @@ def _scrub(text: str) -> str:
     return text
 
 
+def _remote_errors() -> tuple[type[BaseException], ...]:
+    """What talking to a remote can raise: DVC's own errors, OS errors, and those of the S3 client stack
+    (botocore, aiohttp), which DVC lets through. Each becomes one line naming the remote, not a traceback."""
+    from dvc.exceptions import DvcException
+
+    errors: list[type[BaseException]] = [DvcException, OSError]
+    try:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        errors += [BotoCoreError, ClientError]
+    except ImportError:
+        pass
+    try:
+        from aiohttp import ClientError as HttpClientError
+
+        errors.append(HttpClientError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
 def _say_error(verb: str, what: str, exc: BaseException) -> None:
     detail = _scrub(" ".join(str(exc).split())) or type(exc).__name__
     print(f"farm {verb}: {what}: {detail}", file=sys.stderr)
@@ -383,7 +404,7 @@ def _push_locked(cfg: FarmConfig) -> int:
         if old is not None:
             try:
                 before = _granular(repo, rel)
-            except (DvcException, OSError) as exc:  # the old listing is neither cached nor on the remote
+            except _remote_errors() as exc:  # the old listing is neither cached nor on the remote
                 _say_error("push", "could not list the previous outputs.dvc", exc)
         old_text = pointer.read_bytes() if pointer.is_file() else None
         try:
@@ -402,9 +423,10 @@ def _push_locked(cfg: FarmConfig) -> int:
             return 1
         try:
             sent = repo.push(targets=[pointer_rel])
-        except (DvcException, OSError) as exc:
+        except _remote_errors() as exc:
             _say_error("push", f"dvc push to {remote.describe()} failed ({pointer_rel} is updated, "
-                       "nothing is published: run `farm push` again)", exc)
+                       "nothing is published; check that the remote and remote.endpointurl are reachable, then run "
+                       "`farm push` again)", exc)
             return 1
     new = _pointer_fields(pointer)
     _print_changes(cfg.outputs_dir, rel, old, before, new)
@@ -466,7 +488,7 @@ def _pull_locked(cfg: FarmConfig, flags: set[str]) -> int:
             # verify=true (conf/remote): DVC re-hashes every download and keeps none that does not match,
             # so a blob corrupted on the remote shows up here as not in the cache.
             broken = {path: _remote_blob(repo, rel, path) for path in sorted(_granular(repo, rel).not_in_cache)}
-        except (DvcException, OSError) as exc:
+        except _remote_errors() as exc:
             _say_error("pull", f"fetching {pointer_rel} from {remote.describe()} failed", exc)
             return 1
         stats: dict[str, Any] = {}
@@ -535,12 +557,11 @@ def status(cfg: FarmConfig, flags: set[str]) -> int:
 
     g = Granular(set(), set(), set(), set(), set())
     if pointer.is_file():
-        from dvc.exceptions import DvcException
 
         try:
             with _repo(cfg, remote, anonymous=_anonymous(remote)) as repo:
                 g = _granular(repo, rel)
-        except (DvcException, OSError) as exc:
+        except _remote_errors() as exc:
             _say_error("status", f"could not compare {rel}/ with {pointer_rel}", exc)
             return 1
         fields = _pointer_fields(pointer)
