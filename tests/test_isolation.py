@@ -130,8 +130,13 @@ def test_dead_zygotes_leave_no_directories(tmp_path: Path) -> None:
         (tmp_path / name / "zygote.pid").write_text(str(pid))
     (tmp_path / "farm-zygote-starting").mkdir()  # no pid file yet: left alone
     (tmp_path / "unrelated").mkdir()
+    # A symlink planted among the homes is never followed (its target is not ours to delete).
+    (tmp_path / "unrelated" / "zygote.pid").write_text(str(dead_proc.pid))
+    (tmp_path / "farm-zygote-planted").symlink_to(tmp_path / "unrelated")
     sweep_dead_zygote_homes(tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["farm-zygote-live", "farm-zygote-starting", "unrelated"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["farm-zygote-live", "farm-zygote-planted",
+                                                          "farm-zygote-starting", "unrelated"]
+    assert (tmp_path / "unrelated" / "zygote.pid").is_file()
 
 
 def _bounded_build(project: Path, *args: str, limit_s: float = 300) -> subprocess.CompletedProcess:

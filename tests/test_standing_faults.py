@@ -1,0 +1,251 @@
+"""The standing cluster and Ray processes under faults: stale state, dead clusters, lost linker shims,
+killed daemons and drivers. Nothing is ever signalled unless it is proven to be the farm's own process
+(pid, start time, command line); a dead cluster means a private one, never a hang."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import run_farm, small_copy
+
+from farm import executor, standing
+from farm.compile.isolate import short_private_dir
+
+TARGET = "gfx942"
+ROW = "names=[rmsnorm_f32_infer_generic]"
+
+
+def _sleeper() -> subprocess.Popen:
+    """An unrelated process of this user (what a reused pid or a planted state points at)."""
+    return subprocess.Popen(["sleep", "300"])
+
+
+def _state_path(project: Path) -> Path:
+    return project / ".farm" / "cluster" / "state.json"
+
+
+def _write_state(project: Path, state: dict) -> None:
+    _state_path(project).parent.mkdir(parents=True, exist_ok=True)
+    _state_path(project).write_text(json.dumps(state))
+
+
+def _bounded(project: Path, *args: str, limit_s: float = 300) -> subprocess.CompletedProcess:
+    """`farm ...` that fails the test instead of hanging it (a dead cluster used to hang builds)."""
+    env = dict(os.environ)
+    env.pop("FARM_PROJECT", None)
+    return subprocess.run([sys.executable, "-m", "farm.cli", *args], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=limit_s)
+
+
+def _all_gone(idents: list[dict], wait_s: float = 30) -> list[dict]:
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        alive = [i for i in idents if executor.verified(i) is not None]
+        if not alive:
+            return []
+        time.sleep(0.5)
+    return alive
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    project = small_copy(tmp_path_factory.mktemp("faults"))
+    run_farm(project, "expand", check=True)
+    return project
+
+
+@pytest.fixture()
+def cluster(project: Path) -> Iterator[dict]:
+    """A standing cluster with one warm compiler; stopped at the end by its recorded, verified pids."""
+    run_farm(project, "cluster", "up", "executor.num_cpus=1", check=True)
+    state = json.loads(_state_path(project).read_text())
+    try:
+        yield state
+    finally:
+        standing.down(project, timeout_s=10)
+        executor.end_processes([state["daemon"], *state["processes"]])
+
+
+def test_stale_state_foreign_pid_is_never_signalled(tmp_path: Path) -> None:
+    """Case 5: a state file whose pid is another process: `down` killed that process."""
+    project = small_copy(tmp_path / "p")
+    foreign = _sleeper()
+    try:
+        me = psutil.Process(foreign.pid)
+        # The old format (a bare pid), and the new one whose start time and command line do not match.
+        for state in ({"pid": foreign.pid, "address": "127.0.0.1:1", "num_cpus": 1},
+                      {"pid": foreign.pid, "daemon": {"pid": foreign.pid, "started": me.create_time() - 100,
+                                                      "cmdline": [sys.executable, "-m", "farm.standing"]},
+                       "processes": [executor.identity(me) | {"started": me.create_time() - 100}],
+                       "address": "127.0.0.1:1", "num_cpus": 1}):
+            _write_state(project, state)
+            down = run_farm(project, "cluster", "down", check=True)
+            assert down.stdout.strip() == "no standing cluster was up"
+            assert f"removed a stale standing-cluster state ({_state_path(project)}): its daemon (pid " \
+                   f"{foreign.pid}) is gone or that pid is another process now, which was left alone" in down.stderr
+            assert not _state_path(project).exists()
+            assert foreign.poll() is None  # never signalled
+        _write_state(project, {"pid": foreign.pid})
+        status = run_farm(project, "cluster", "status", check=True)
+        assert status.stdout.strip() == "no standing cluster is up" and "stale" in status.stderr
+        assert foreign.poll() is None
+    finally:
+        foreign.kill()
+        foreign.wait()
+
+
+def test_dead_cluster_falls_back_to_a_private_one_without_hanging(project: Path, tmp_path: Path) -> None:
+    """Case 5: builds hung for minutes on a cluster whose Ray was gone while its state said it was up."""
+    from farm.digest import generator_digest
+
+    fake = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # a live 'daemon'
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    try:
+        me = executor.identity(psutil.Process(fake.pid))
+        state = {"pid": fake.pid, "daemon": me, "processes": [], "ray_core": [me], "root": str(project),
+                 "address": f"127.0.0.1:{port}", "num_cpus": 1, "generator": generator_digest(), "idle_s": 600}
+        # Its Ray processes gone: named without any connection attempt.
+        dead = dict(me, started=me["started"] - 100, cmdline=["/x/gcs_server"])
+        assert standing.health(dict(state, ray_core=[dead])) == "its Ray processes are gone (gcs_server)"
+        _write_state(project, state)
+        build = _bounded(project, "build", f"targets=[{TARGET}]", ROW, "executor.num_cpus=1",
+                         f"outputs_dir={tmp_path / 'out'}")
+        assert build.returncode == 0, build.stderr
+        assert (f"the standing cluster is not usable: its Ray GCS at 127.0.0.1:{port} does not answer"
+                in build.stderr), build.stderr
+        assert "this build starts a private cluster" in build.stderr and "built 1, failed 0" in build.stderr
+        assert fake.poll() is None  # a build never signals the daemon
+    finally:
+        fake.kill()
+        fake.wait()
+        _state_path(project).unlink(missing_ok=True)
+
+
+def _zygote_homes(state: dict) -> list[Path]:
+    """The compile servers' homes, from the codegen servers' command lines (`--serve <home>/binary.sock`)."""
+    homes = []
+    for proc in state["processes"]:
+        cmd = proc["cmdline"]
+        if "farm.compile.binary_step" in cmd and "--serve" in cmd:
+            homes.append(Path(cmd[cmd.index("--serve") + 1]).parent)
+    return homes
+
+
+def test_lost_linker_shim_in_the_standing_cluster_is_recreated(project: Path, cluster: dict, tmp_path: Path) -> None:
+    """Case 8: a temp cleaner deleting the warm server's `ld.lld` shim failed every build until down/up.
+    Also case 14: the cluster's Ray and zygote homes live in the per-user private temp directory."""
+    homes = _zygote_homes(cluster)
+    assert len(homes) == 1 and homes[0].parent == short_private_dir("zygotes")
+    private_root = Path(executor.ray_temp_dir()).parent
+    assert stat.S_IMODE(private_root.stat().st_mode) == 0o700 and private_root.stat().st_uid == os.getuid()
+    gcs = [p for p in cluster["ray_core"] if Path(p["cmdline"][0]).name == "gcs_server"]
+    assert gcs and any(arg.startswith(f"--log_dir={executor.ray_temp_dir()}/session_") for arg in gcs[0]["cmdline"])
+
+    out = tmp_path / "out"
+    first = _bounded(project, "build", f"targets=[{TARGET}]", ROW, f"outputs_dir={out}")
+    assert first.returncode == 0 and "using the standing cluster" in first.stderr, first.stderr
+    shim = homes[0] / "rocm" / "llvm" / "bin" / "ld.lld"
+    assert shim.is_file()
+    shim.unlink()
+    [obj] = list((out / "rmsnorm" / TARGET).glob("*.hsaco"))
+    before = obj.read_bytes()
+    obj.unlink()
+    second = _bounded(project, "build", f"targets=[{TARGET}]", ROW, f"outputs_dir={out}")
+    assert second.returncode == 0, second.stderr
+    assert "using the standing cluster" in second.stderr and "built 1, failed 0" in second.stderr
+    assert obj.read_bytes() == before and shim.is_file()
+
+
+def test_sigkilled_daemon_leaves_no_ray_behind(project: Path, cluster: dict) -> None:
+    """Case 14: after the daemon's SIGKILL its Ray agents lingered for minutes, one listening on loopback.
+    The next farm command ends every process the daemon recorded (verified one by one)."""
+    ray_procs = cluster["processes"]
+    assert any(Path(p["cmdline"][0]).name == "raylet" for p in ray_procs)
+    os.kill(cluster["pid"], signal.SIGKILL)
+    status = run_farm(project, "cluster", "status", check=True)
+    assert status.stdout.strip() == "no standing cluster is up"
+    assert "removed a stale standing-cluster state" in status.stderr and "Ray processes it had left" in status.stderr
+    assert _all_gone(ray_procs) == []
+
+
+def test_down_ends_the_daemon_group_and_its_ray_when_sigterm_fails(project: Path, cluster: dict) -> None:
+    """Case 5: `down`'s SIGKILL fallback killed the daemon alone and left its Ray tree orphaned."""
+    daemon = psutil.Process(cluster["pid"])
+    assert os.getpgid(daemon.pid) == daemon.pid  # its own process group
+    tree = [executor.identity(p) for p in daemon.children(recursive=True)]
+    assert tree
+    daemon.suspend()  # SIGSTOP: it cannot act on SIGTERM
+    assert standing.down(project, timeout_s=3) is True
+    assert _all_gone([cluster["daemon"], *tree, *cluster["processes"]]) == []
+    assert not _state_path(project).exists()
+
+
+def test_num_cpus_is_validated_before_ray_starts(project: Path) -> None:
+    """Case 13: executor.num_cpus=abc failed inside Ray with the hint `check executor.address`."""
+    from farm.errors import FarmError
+
+    for args in (("build", f"targets=[{TARGET}]", "executor.num_cpus=abc"),
+                 ("cluster", "up", "executor.num_cpus=0")):
+        proc = _bounded(project, *args, limit_s=120)
+        assert proc.returncode == 2, proc.stderr
+        value = args[-1].split("=", 1)[1]
+        assert "executor.num_cpus=" in proc.stderr and value in proc.stderr and "positive" in proc.stderr
+        assert "executor.address" not in proc.stderr, proc.stderr
+    assert not _state_path(project).exists()
+    # The executor checks it too (a caller that skips the config's check), before Ray is imported.
+    for bad in ("abc", 0, -2, "1.5", True):
+        with pytest.raises(FarmError, match=r"executor\.num_cpus=.* is not a positive whole number"):
+            executor.RayExecutor({"kind": "local", "num_cpus": bad}, 60).__enter__()
+    assert executor.num_cpus({"num_cpus": "3"}) == 3 and executor.num_cpus({}) is None
+
+
+def test_private_cluster_keeps_ray_in_a_private_temp_dir_and_records_its_processes() -> None:
+    """Case 14: Ray's session directories were under /tmp/ray, world-writable without the sticky bit."""
+    import ray
+
+    with executor.RayExecutor({"kind": "local", "num_cpus": 1, "max_retries": 0}, 60):
+        session = ray._private.worker._global_node.get_session_dir_path()
+        assert session.startswith(executor.ray_temp_dir() + "/session_")
+        assert len(session) + len("/sockets/plasma_store") < 107
+        record = json.loads(executor.record_path(os.getpid()).read_text())
+        assert any(Path(p["cmdline"][0]).name == "raylet" for p in record["processes"])
+    assert not executor.record_path(os.getpid()).exists()
+
+
+def test_leftovers_of_a_killed_driver_are_ended_only_when_proven_its_own() -> None:
+    """Case 14: a later farm command ends the recorded Ray processes of a farm process that is gone,
+    and nothing whose start time or command line does not match."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    leftover, foreign, live_owners = _sleeper(), _sleeper(), _sleeper()
+    try:
+        dead_owner = {"pid": gone.pid, "started": time.time() - 50, "cmdline": ["python", "-m", "farm.cli"]}
+        left = executor.identity(psutil.Process(leftover.pid))
+        wrong = dict(executor.identity(psutil.Process(foreign.pid)), started=time.time() - 1000)
+        mine = executor.identity(psutil.Process(live_owners.pid))
+        records = {90000001: {"owner": dead_owner, "processes": [left, wrong]},
+                   90000002: {"owner": executor.identity(psutil.Process()), "processes": [mine]}}
+        for fake_pid, record in records.items():
+            executor.record_path(fake_pid).write_text(json.dumps(record))
+        assert executor.end_leftovers(log=sys.stderr) == 1
+        assert executor.verified(left) is None  # ended (psutil reaped it, so Popen sees no status)
+        assert foreign.poll() is None and live_owners.poll() is None
+        assert not executor.record_path(90000001).exists() and executor.record_path(90000002).exists()
+    finally:
+        executor.record_path(90000002).unlink(missing_ok=True)
+        for proc in (leftover, foreign, live_owners):
+            proc.kill()
+            proc.wait()
