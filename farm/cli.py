@@ -175,7 +175,7 @@ def cmd_cluster(flags: set[str], overrides: list[str]) -> int:
                         "drop the executor=cluster override")
     action = actions[0]
     if action == "up":
-        num_cpus = int(cfg.executor.get("num_cpus") or os.cpu_count() or 1)
+        num_cpus = standing.num_cpus(cfg.executor) or os.cpu_count() or 1  # a bad value: its own error
         state = standing.up(cfg.root, num_cpus, float(cfg.executor.get("standing_idle_minutes") or 30))
         print(f"standing cluster up at {state['address']}: {state['num_cpus']} warm compilers, daemon pid "
               f"{state['pid']}; builds use it until `farm cluster down` or "
