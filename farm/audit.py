@@ -22,11 +22,10 @@ from typing import Any
 from . import manifest
 from .atomic import write_text_atomic
 from .canonical import canonical_json, sha256_bytes
-from .config import FarmConfig
+from .config import AUDIT_VARIATIONS, FarmConfig
 from .rows import Row
 
-VARIATIONS = ("cwd", "tmpdir", "home", "locale", "timezone", "umask", "hash_seed", "env_noise", "row_order",
-              "workers")
+VARIATIONS = AUDIT_VARIATIONS  # validated at config load (farm.config)
 
 # Variables a careless compile could pick up; the farm must shield its compiles from all of them.
 ENV_NOISE = {

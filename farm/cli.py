@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import select
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from . import config as config_mod
 from .errors import FarmError
 from .expand import fresh_rows
+from .preflight import require_writable, require_writable_dir, selected_dirs
+from .rows import Row
 
 USAGE = """usage: farm VERB [--flags] [key=value ...]
 
@@ -40,6 +44,27 @@ def _load(overrides: list[str]) -> config_mod.FarmConfig:
     return config_mod.load(config_mod.find_project_root(), overrides)
 
 
+def _selected_rows(cfg: config_mod.FarmConfig) -> tuple[list[Row], list[Row]]:
+    """(selected rows, every row of the selected ops); a selection matching no row is an error, not a
+    silent success that did nothing."""
+    if not selected_dirs(cfg):  # before rows.select, whose dtype check would blame the dtypes
+        built_for = "; ".join(f"{op}: {', '.join(cfg.ops[op].targets)}" for op in cfg.selected_ops)
+        raise FarmError(f"no row matches the selection {_describe(cfg)}: no selected op is built for a "
+                        "selected target", f"choose targets the ops are built for ({built_for})")
+    rows, every = fresh_rows(cfg)
+    if not rows:
+        raise FarmError(f"no row matches the selection {_describe(cfg)}",
+                        "widen it (fewer dtypes=/names=, other targets=); `farm plan -v ops=[...]` lists the rows")
+    return rows, every
+
+
+def _describe(cfg: config_mod.FarmConfig) -> str:
+    parts = [f"ops=[{','.join(cfg.selected_ops)}]", f"targets=[{','.join(cfg.selected_targets)}]"]
+    parts += [f"dtypes=[{','.join(cfg.selected_dtypes)}]"] if cfg.selected_dtypes else []
+    parts += [f"names=[{','.join(cfg.selected_names)}]"] if cfg.selected_names else []
+    return " ".join(parts)
+
+
 def cmd_expand(flags: set[str], overrides: list[str]) -> int:
     from .expand import stale_tables, write_tables
 
@@ -69,7 +94,7 @@ def cmd_plan(flags: set[str], overrides: list[str]) -> int:
     from .plan import decide, summary_line
 
     cfg = _load(overrides)
-    rows, _ = fresh_rows(cfg)
+    rows, _ = _selected_rows(cfg)
     decisions = decide(cfg, rows)
     verbose = "--verbose" in flags or "-v" in flags
     for d in decisions:
@@ -85,7 +110,8 @@ def cmd_build(flags: set[str], overrides: list[str]) -> int:
     from .toolchain import installed, require_pin
 
     cfg = _load(overrides)
-    rows, every = fresh_rows(cfg)
+    require_writable(cfg)  # before any compile: a read-only outputs_dir used to fail after all of them
+    rows, every = _selected_rows(cfg)
     decisions = decide(cfg, rows)
     print(summary_line(decisions), file=sys.stderr)
     if any(d.builds for d in decisions):
@@ -99,7 +125,7 @@ def cmd_check(flags: set[str], overrides: list[str]) -> int:
     from .check import check
 
     cfg = _load(overrides)
-    rows, every = fresh_rows(cfg)
+    rows, every = _selected_rows(cfg)
     found = check(cfg, rows, every)
     for line in found:
         print(f"DRIFT {line}")
@@ -113,7 +139,8 @@ def cmd_audit(flags: set[str], overrides: list[str]) -> int:
     from .audit import audit
 
     cfg = _load(overrides)
-    rows, every = fresh_rows(cfg)
+    require_writable(cfg, outputs=False)  # the audit writes only its report
+    rows, every = _selected_rows(cfg)
     return audit(cfg, rows, every, overrides)
 
 
@@ -129,11 +156,20 @@ def cmd_pin(flags: set[str], overrides: list[str]) -> int:
         print("the pin already matches the installed toolchain")
         return 0
     path = cfg.root / "conf" / "toolchain" / "pinned.yaml"
+    _require_pin_writable(path)
     write_text_atomic(path, pin_text(found))
     print(f"moved the pin in {path}:\n  " + "\n  ".join(diff))
     print("objects built under the old pin are now out of date: `farm plan` lists them, `farm build` rebuilds "
           "them; then commit conf/toolchain/ and publish (farm push)")
     return 0
+
+
+def _require_pin_writable(pin: Path) -> None:
+    """conf/toolchain/ must take the new pin file, written by replacing it (a symlink would be lost)."""
+    if os.path.islink(pin):
+        raise FarmError(f"{pin} is a symlink (to {os.readlink(pin)}): moving the pin would replace the link",
+                        f"replace {pin} with the file it points to, then run `farm pin` again")
+    require_writable_dir(pin.parent, "the toolchain pin's directory")
 
 
 def cmd_push(flags: set[str], overrides: list[str]) -> int:
@@ -145,7 +181,9 @@ def cmd_push(flags: set[str], overrides: list[str]) -> int:
 def cmd_pull(flags: set[str], overrides: list[str]) -> int:
     from .publish import pull
 
-    return pull(_load(overrides), flags)
+    cfg = _load(overrides)
+    require_writable(cfg, reports=False)  # the pull checks out into outputs_dir
+    return pull(cfg, flags)
 
 
 def cmd_status(flags: set[str], overrides: list[str]) -> int:
@@ -219,9 +257,26 @@ def main(argv: list[str] | None = None) -> int:
     except FarmError as exc:
         print(f"farm {verb}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise
+        # The reader went away (`farm plan -v | head -3`): stop quietly, as a process killed by SIGPIPE
+        # would; stdout goes to /dev/null so the flush at exit cannot raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
     except KeyboardInterrupt:
         print(f"farm {verb}: interrupted; finished objects are kept, run it again to resume", file=sys.stderr)
         return 130
+
+
+def _stdout_closed() -> bool:
+    """Is stdout a pipe whose reader has gone (and not, say, a Ray or subprocess pipe that broke)?"""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -124,8 +125,9 @@ def compose(root: Path, overrides: list[str]) -> Any:
     from omegaconf.errors import OmegaConfBaseException
 
     for text in overrides:
-        if "=" not in text:
-            raise FarmError(f"malformed override {text!r}: overrides look like key=value",
+        key, eq, _ = text.partition("=")
+        if not eq or not key.lstrip("+~").strip():
+            raise FarmError(f"malformed override {text!r}: overrides look like key=value, with a key",
                             "e.g. targets=[gfx942] ops=[rmsnorm] outputs_dir=/tmp/out")
     try:
         with initialize_config_dir(config_dir=str(root / "conf"), version_base=None):
@@ -135,6 +137,10 @@ def compose(root: Path, overrides: list[str]) -> Any:
                         "overrides look like key=value, lists like targets=[gfx942,gfx950]") from None
     except (ConfigCompositionException, MissingConfigException, OmegaConfBaseException) as exc:
         raise FarmError(_explain_composition_error(root, exc, overrides), None) from None
+    except ValueError as exc:  # Hydra's own check, e.g. `executor=1` (a config group given a number)
+        groups = [o for o in overrides if (root / "conf" / o.partition("=")[0].lstrip("+~")).is_dir()]
+        raise FarmError(f"config error{' in ' + ' '.join(groups) if groups else ''}: {exc}",
+                        "a config group takes the name of a file under conf/<group>/, e.g. executor=cluster") from None
     return cfg
 
 
@@ -170,13 +176,13 @@ def _known_keys(root: Path, parent: str) -> list[str]:
 
 
 def load(root: Path, overrides: list[str]) -> FarmConfig:
-    """Compose and validate: unknown targets, ops or malformed tables fail here, before any compile."""
+    """Compose and validate: unknown targets, ops, bad values or malformed tables fail here, before any compile."""
     from omegaconf import OmegaConf
 
     raw = OmegaConf.to_container(compose(root, overrides), resolve=True)
     assert isinstance(raw, dict)
-    targets = {name: _target(name, spec) for name, spec in raw["target_table"].items()}
-    ops = {name: _op(name, spec, targets) for name, spec in raw["op_table"].items()}
+    targets = {name: _target(name, spec) for name, spec in _mapping("target_table", raw.get("target_table")).items()}
+    ops = {name: _op(name, spec, targets) for name, spec in _mapping("op_table", raw.get("op_table")).items()}
 
     selected_ops = _selection("ops", raw.get("ops"), sorted(ops))
     selected_targets = _selection("targets", raw.get("targets"), sorted(targets))
@@ -184,30 +190,132 @@ def load(root: Path, overrides: list[str]) -> FarmConfig:
     names = _name_list("names", raw.get("names"), "e.g. names=[rmsnorm_bf16_infer_n4096]")
     if raw.get("row_order") not in ("sorted", "reversed"):
         raise FarmError(f"row_order={raw.get('row_order')!r}; accepted: sorted, reversed", "e.g. row_order=reversed")
-
-    def path_of(key: str) -> Path:
-        value = Path(str(raw[key])).expanduser()
-        return value if value.is_absolute() else (root / value)
+    paths = {key: _path(root, key, raw.get(key)) for key in PATH_KEYS}
+    _require_safe_outputs(root, paths)
+    raw["audit"] = _audit_settings(raw.get("audit"))
+    executor = _executor_settings(_mapping("executor", raw.get("executor")))
 
     return FarmConfig(
         root=root,
         targets=targets,
         ops=ops,
-        toolchain_pin=raw["toolchain"],
-        executor=raw["executor"],
+        toolchain_pin=_mapping("toolchain", raw.get("toolchain")),
+        executor=executor,
         selected_ops=selected_ops,
         selected_targets=selected_targets,
         selected_dtypes=tuple(dtypes),
         selected_names=tuple(names),
-        outputs_dir=path_of("outputs_dir"),
-        instances_dir=path_of("instances_dir"),
-        kernels_dir=path_of("kernels_dir"),
-        report_dir=path_of("report_dir"),
-        compile_timeout_s=float(raw["compile_timeout_s"]),
+        outputs_dir=paths["outputs_dir"],
+        instances_dir=paths["instances_dir"],
+        kernels_dir=paths["kernels_dir"],
+        report_dir=paths["report_dir"],
+        compile_timeout_s=_positive_number("compile_timeout_s", raw.get("compile_timeout_s"),
+                                           "e.g. compile_timeout_s=900 (seconds per row)"),
         extra={k: v for k, v in raw.items() if k not in {
             "target_table", "op_table", "toolchain", "executor", "ops", "targets", "dtypes", "names",
             "outputs_dir", "instances_dir", "kernels_dir", "report_dir", "compile_timeout_s"}},
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# Values: each checked for its type and range, so a typo fails here and not mid-build (or silently).
+
+PATH_KEYS = ("outputs_dir", "instances_dir", "kernels_dir", "report_dir")
+
+
+def _mapping(key: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise FarmError(f"{key} must be a mapping, got {value!r}", f"drop the override that replaced {key}")
+    return value
+
+
+def _path(root: Path, key: str, value: Any) -> Path:
+    """A directory option: a non-empty path (relative to the project root). An empty value would be the
+    root itself and `null` a folder named None, so both are refused."""
+    if isinstance(value, bool) or not isinstance(value, str | int) or not str(value).strip():
+        shown = "null" if value is None else "empty" if not str(value).strip() else repr(value)
+        raise FarmError(f"{key} is {shown}, not a directory path",
+                        f"give a directory (relative to the project root, or absolute), or drop the {key}= "
+                        "override for the default in conf/config.yaml")
+    path = Path(str(value)).expanduser()
+    return path if path.is_absolute() else (root / path)
+
+
+def _require_safe_outputs(root: Path, paths: dict[str, Path]) -> None:
+    """The farm deletes stray files in outputs_dir/<op>/<target>/: it must never point into the project's
+    own inputs, at the project root, or at a directory holding (another) project."""
+    out, project = paths["outputs_dir"].resolve(), root.resolve()
+    inputs = {"conf": project / "conf", "kernels_dir": paths["kernels_dir"].resolve(),
+              "instances_dir": paths["instances_dir"].resolve()}
+    problem = ""
+    if project.is_relative_to(out):
+        problem = "is the project root" if out == project else f"contains the project root {project}"
+    elif any(out.is_relative_to(p) for p in inputs.values()):
+        problem = "is inside the project's inputs (" + ", ".join(
+            f"{k}: {p}" for k, p in inputs.items() if out.is_relative_to(p)) + ")"
+    elif (out / "conf").is_dir() or (out / "kernels_src").is_dir():
+        problem = "holds conf/ or kernels_src/ (it looks like a project)"
+    if problem:
+        raise FarmError(f"outputs_dir {out} {problem}: the farm deletes stray files below outputs_dir, "
+                        "so it will not write there",
+                        "point outputs_dir at a directory of its own, e.g. outputs_dir=outputs (the default) "
+                        "or outputs_dir=/tmp/farm-out")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _positive_number(key: str, value: Any, example: str) -> float:
+    ok = (isinstance(value, int | float) and not isinstance(value, bool)
+          and math.isfinite(value) and value > 0)
+    if not ok:
+        raise FarmError(f"{key}={value!r} is not a positive number", example)
+    return float(value)
+
+
+def _audit_settings(value: Any) -> dict[str, Any]:
+    """audit.sample: null or a positive row count; audit.vary.<name>: true or false, known names only."""
+    audit = _mapping("audit", value)
+    sample = audit.get("sample")
+    if sample is not None and not (_is_int(sample) and sample > 0):
+        raise FarmError(f"audit.sample={sample!r} is not a positive whole number of rows",
+                        "e.g. audit.sample=40, or audit.sample=null to audit every selected row")
+    vary = _mapping("audit.vary", audit.get("vary") or {})
+    for name, flag in vary.items():
+        if name not in AUDIT_VARIATIONS:
+            near = difflib.get_close_matches(str(name), AUDIT_VARIATIONS, n=1)
+            raise FarmError(f"unknown audit variation audit.vary.{name}"
+                            + (f"; did you mean 'audit.vary.{near[0]}'?" if near else ""),
+                            f"accepted: {', '.join(AUDIT_VARIATIONS)}")
+        if not isinstance(flag, bool):
+            raise FarmError(f"audit.vary.{name}={flag!r} is not true or false", f"e.g. audit.vary.{name}=false")
+    return audit
+
+
+# The audit's variations (farm/audit.py VARIATIONS; kept here so that config loading stays light).
+AUDIT_VARIATIONS = ("cwd", "tmpdir", "home", "locale", "timezone", "umask", "hash_seed", "env_noise", "row_order",
+                    "workers")
+
+
+def _executor_settings(executor: dict[str, Any]) -> dict[str, Any]:
+    """num_cpus: null or a positive count; max_retries: 0 or more; standing_idle_minutes: positive;
+    warm and standing: booleans. Checked only where the chosen executor config has the key."""
+    num_cpus = executor.get("num_cpus")
+    if num_cpus is not None and not (_is_int(num_cpus) and num_cpus > 0):
+        raise FarmError(f"executor.num_cpus={num_cpus!r} is not a positive whole number",
+                        "e.g. executor.num_cpus=2, or executor.num_cpus=null for every core")
+    retries = executor.get("max_retries", 0)
+    if not (_is_int(retries) and retries >= 0):
+        raise FarmError(f"executor.max_retries={retries!r} is not a whole number of 0 or more",
+                        "e.g. executor.max_retries=2")
+    if "standing_idle_minutes" in executor:
+        _positive_number("executor.standing_idle_minutes", executor["standing_idle_minutes"],
+                         "e.g. executor.standing_idle_minutes=30")
+    for key in ("warm", "standing"):
+        if key in executor and not isinstance(executor[key], bool):
+            raise FarmError(f"executor.{key}={executor[key]!r} is not true or false", f"e.g. executor.{key}=false")
+    return executor
 
 
 def _name_list(key: str, value: Any, example: str) -> list[str]:
@@ -242,6 +350,7 @@ def _require(where: str, spec: dict[str, Any], keys: list[str]) -> None:
 
 def _target(name: str, spec: dict[str, Any]) -> Target:
     where = f"conf/target/{name}.yaml"
+    spec = _mapping(f"target_table.{name}", spec)
     _require(where, spec, ["name", "family", "elf_machine", "generic_version", "members", "wave_size",
                            "mlir_chipset", "python_arch", "lds_bytes"])
     if spec["name"] != name:
@@ -280,6 +389,7 @@ _OP_KEYS = ("name", "family", "generator", "spec", "symbols", "targets", "groups
 
 def _op(name: str, spec: dict[str, Any], targets: dict[str, Target]) -> Op:
     where = f"conf/op/{name}.yaml"
+    spec = _mapping(f"op_table.{name}", spec)
     _require(where, spec, ["name", "family", "generator", "spec", "symbols", "targets", "groups"])
     for key in spec:
         if key not in _OP_KEYS:
@@ -298,6 +408,7 @@ def _op(name: str, spec: dict[str, Any], targets: dict[str, Target]) -> Op:
         gwhere = f"{where} groups[{i}]"
         if not isinstance(g, dict) or not isinstance(g.get("axes"), dict) or not g["axes"]:
             raise FarmError(f"{gwhere}: a group needs a non-empty 'axes' mapping", "see conf/op/rmsnorm.yaml")
+        _known_group_keys(gwhere, g)
         for axis, values in g["axes"].items():
             if not isinstance(values, list) or not values:
                 raise FarmError(f"{gwhere}: axis {axis!r} must be a non-empty list, got {values!r}",
@@ -331,6 +442,18 @@ def _op(name: str, spec: dict[str, Any], targets: dict[str, Target]) -> Op:
               spec=str(spec["spec"]), symbols=tuple(spec["symbols"]), targets=tuple(spec["targets"]),
               groups=tuple(groups), tuning=tuple(tuning),
               require_instructions=_instruction_classes(where, spec.get("require_instructions")))
+
+
+_GROUP_KEYS = ("name", "name_format", "axes", "allow", "targets")
+
+
+def _known_group_keys(where: str, group: dict[str, Any]) -> None:
+    """A misspelt key (`tagets:`) would otherwise be ignored and the group built for every target."""
+    for key in group:
+        if key not in _GROUP_KEYS:
+            near = difflib.get_close_matches(str(key), _GROUP_KEYS, n=1)
+            raise FarmError(f"{where}: unknown key {key!r}" + (f" (did you mean {near[0]!r}?)" if near else ""),
+                            f"a group takes {', '.join(_GROUP_KEYS)}")
 
 
 def _instruction_classes(where: str, value: Any) -> tuple[str, ...]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -628,13 +630,35 @@ def to_json(diffs: list[Difference]) -> list[dict[str, Any]]:
 
 
 def _read(path_text: str) -> bytes:
+    """The bytes of a regular file. Anything else is named for what it is (a directory is not "no such
+    file"), and a FIFO is never opened for reading, which would block until a writer came."""
     path = Path(path_text)
-    if not path.is_file():
-        raise FarmError(f"no such file: {path}", "give the paths of two code objects (.hsaco)")
+    fix = "give the paths of two code objects (.hsaco)"
     try:
-        return path.read_bytes()
+        kind = _kind_of(os.stat(path).st_mode)
+        if kind is None:  # opened without blocking, and checked again: it may have been swapped meanwhile
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as f:
+                kind = _kind_of(os.fstat(f.fileno()).st_mode)
+                if kind is None:
+                    return f.read()
+    except FileNotFoundError:
+        raise FarmError(f"no such file: {path}", fix) from None
     except OSError as exc:
         raise FarmError(f"cannot read {path}: {exc.strerror}", "check the path and its permissions") from None
+    raise FarmError(f"{path} {kind}", fix)
+
+
+def _kind_of(mode: int) -> str | None:
+    """None for a regular file, else what to say about it."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory, not a code object"
+    names = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    what = next((name for test, name in names if test(mode)), "a special file")
+    return f"is not a regular file (it is {what})"
 
 
 def main(flags: set[str], args: list[str]) -> int:
