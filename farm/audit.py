@@ -23,6 +23,7 @@ from . import manifest
 from .atomic import write_text_atomic
 from .canonical import canonical_json, sha256_bytes
 from .config import AUDIT_VARIATIONS, FarmConfig
+from .errors import FarmError
 from .rows import Row
 
 VARIATIONS = AUDIT_VARIATIONS  # validated at config load (farm.config)
@@ -176,9 +177,8 @@ def audit(cfg: FarmConfig, rows: list[Row], every: list[Row], overrides: list[st
     settings = cfg.extra.get("audit") or {}
     vary = {name: bool((settings.get("vary") or {}).get(name, True)) for name in VARIATIONS}
     rows = sample_rows(rows, settings.get("sample"))
-    if not rows:
-        print("audit: no rows selected", file=log)
-        return 0
+    if not rows:  # the CLI refuses an empty selection first; a caller passing none gets the same answer
+        raise FarmError("audit: no row selected, so nothing would be audited", "select rows: ops=, targets=, names=")
     scratch = Path(tempfile.mkdtemp(prefix="fa-"))  # short: Ray's socket paths live under TMPDIR
     try:
         rebuilt = scratch / "rebuild"
