@@ -62,3 +62,24 @@ def test_codegen_errors_come_back_with_the_server_log(tmp_path: Path) -> None:
     finally:
         os.environ.pop(binary_step.SERVER_ENV, None)
         server.kill()
+
+
+def test_a_fork_past_its_deadline_is_killed_whatever_it_does_with_signals() -> None:
+    """Case 7: the codegen server (and the zygote) waited on a forked child forever when the child
+    ignored its alarm; run_forked now kills it at the deadline and reports the signal."""
+    import signal
+    import time
+
+    from farm.compile.forking import run_forked
+
+    def stubborn() -> int:
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.alarm(1)
+        time.sleep(3600)
+        return 0
+
+    told: list[int] = []
+    assert run_forked(stubborn, on_start=told.append, deadline=time.monotonic() + 1.0) == -signal.SIGKILL
+    assert len(told) == 1 and told[0] != os.getpid()
+    assert run_forked(lambda: 3, deadline=time.monotonic() + 30) == 3  # a child that ends on time is untouched
