@@ -8,17 +8,26 @@ from pathlib import Path
 from .atomic import write_text_atomic
 from .config import SAFE_NAME, FarmConfig, Op
 from .errors import FarmError
-from .kernel_modules import import_kernel_module
+from .kernel_modules import NO_CHECK_ROW, TIMEOUT_ENV, SpecFailure, check_rows, spec_timeout_s
 from .rows import Row, load_table, render_table, select, sort_key, table_path
 
 
 def expand_op(cfg: FarmConfig, op: Op) -> list[Row]:
     """Rows of one op over all its targets; raises FarmError on any row the kernel cannot serve."""
-    spec = import_kernel_module(cfg.kernels_dir, op.spec)
-    check_row = getattr(spec, "check_row", None)
-    if check_row is None:
-        raise FarmError(f"{op.spec} (kernels_src) has no check_row(knobs)", "define it in the family's spec module")
-    rows: list[Row] = []
+    return _expand(cfg, [op])[0]
+
+
+def _expand(cfg: FarmConfig, ops: list[Op]) -> list[list[Row]]:
+    """Rows of each op; spec code (import and check_row) runs in one time-limited child for all of them."""
+    candidates = [_candidates(op) for op in ops]
+    jobs = [(op.spec, [dict(row.knobs) for _, row in rows]) for op, rows in zip(ops, candidates, strict=True)]
+    results = check_rows(cfg.kernels_dir, jobs)
+    return [_accepted(cfg, op, rows, result) for op, rows, result in zip(ops, candidates, results, strict=True)]
+
+
+def _candidates(op: Op) -> list[tuple[str, Row]]:
+    """(where, row) of every row the op's config calls for, before its spec module has judged them."""
+    rows: list[tuple[str, Row]] = []
     # Per target: a name or a knob set may appear once (groups for different targets may share them).
     by_name: dict[tuple[str, str], dict] = {}
     by_knobs: dict[tuple[str, str], str] = {}
@@ -40,18 +49,39 @@ def expand_op(cfg: FarmConfig, op: Op) -> list[Row]:
                 by_knobs[knob_key] = name
                 by_name[(target, name)] = knobs
                 tuned = _tuned(op, target, knobs, axes, used)
-                try:
-                    check_row(dict(tuned))
-                except ValueError as exc:
-                    raise FarmError(f"{where} for {target}: {exc}",
-                                    f"fix the axis or tuning values in conf/op/{op.name}.yaml") from None
-                rows.append(Row(op=op.name, target=target, name=name, group=group.name, knobs=tuned,
-                                allow=dict(group.allow)))
+                rows.append((f"{where} for {target}", Row(op=op.name, target=target, name=name, group=group.name,
+                                                          knobs=tuned, allow=dict(group.allow))))
     for i, count in enumerate(used):
         if not count:
             raise FarmError(f"op {op.name!r} tuning[{i}] {op.tuning[i].match} matches no row",
                             f"fix its match (and targets) in conf/op/{op.name}.yaml, or remove it")
-    return sorted(rows, key=sort_key)
+    return rows
+
+
+def _accepted(cfg: FarmConfig, op: Op, rows: list[tuple[str, Row]],
+              result: list[str | None] | SpecFailure) -> list[Row]:
+    """The op's rows once its spec module served every one; else the first refusal or the breakage."""
+    if isinstance(result, SpecFailure):
+        raise _broken(cfg, op, rows, result)
+    for (where, _), refusal in zip(rows, result, strict=True):
+        if refusal is not None:
+            raise FarmError(f"{where}: {refusal}", f"fix the axis or tuning values in conf/op/{op.name}.yaml")
+    return sorted((row for _, row in rows), key=sort_key)
+
+
+def _broken(cfg: FarmConfig, op: Op, rows: list[tuple[str, Row]], failure: SpecFailure) -> FarmError:
+    """One error naming file:line of a spec module that does not work (not a row it refuses)."""
+    during = f", in check_row for {rows[failure.row][0]}" if failure.row is not None else ""
+    what = f"{failure.location(cfg.root)}: {failure.what} (spec module {op.spec} of op {op.name!r}{during})"
+    others = [name for name, other in cfg.ops.items() if other.spec != op.spec]
+    meanwhile = f"; ops using other spec modules still work, e.g. ops=[{others[0]}]" if others else ""
+    if failure.what == NO_CHECK_ROW:
+        return FarmError(what, "define check_row(knobs) there (raise ValueError for a row it cannot serve)")
+    if "did not finish" in failure.what:
+        return FarmError(what, f"make that code finish: spec code runs with a {spec_timeout_s():g} s limit "
+                               f"({TIMEOUT_ENV}){meanwhile}")
+    return FarmError(what, f"fix it there (spec modules must import cleanly and check_row may raise only "
+                           f"ValueError){meanwhile}")
 
 
 def _object_name(name_format: str, knobs: dict, where: str) -> str:
@@ -84,8 +114,9 @@ def _tuned(op: Op, target: str, knobs: dict, axes: list[str], used: list[int]) -
 
 def expand_tables(cfg: FarmConfig) -> dict[Path, str]:
     """The instances/ files the selected ops' configs call for, as text."""
-    return {table_path(cfg.instances_dir, name): render_table(expand_op(cfg, cfg.ops[name]))
-            for name in cfg.selected_ops}
+    names = list(cfg.selected_ops)
+    expanded = _expand(cfg, [cfg.ops[name] for name in names])
+    return {table_path(cfg.instances_dir, name): render_table(rows) for name, rows in zip(names, expanded, strict=True)}
 
 
 def stale_tables(cfg: FarmConfig) -> list[Path]:
