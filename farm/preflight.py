@@ -59,7 +59,10 @@ def nearest_existing(path: Path) -> Path:
 
 
 def _kind(path: Path) -> str:
-    mode = os.stat(path).st_mode
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:  # e.g. a parent without search permission
+        return f"not accessible ({exc.strerror})"
     if stat.S_ISREG(mode):
         return "a regular file"
     if stat.S_ISFIFO(mode):
