@@ -11,7 +11,9 @@ from pathlib import Path
 from . import config as config_mod
 from .errors import FarmError
 from .expand import fresh_rows
+from .lock import command_line, lock_wait, tree_lock
 from .preflight import require_writable, require_writable_dir, selected_dirs
+from .private import private_dir
 from .rows import Row
 
 USAGE = """usage: farm VERB [--flags] [key=value ...]
@@ -105,28 +107,22 @@ def cmd_plan(flags: set[str], overrides: list[str]) -> int:
 
 
 def cmd_build(flags: set[str], overrides: list[str]) -> int:
-    from .build import build
-    from .plan import decide, summary_line
-    from .toolchain import installed, require_pin
+    from .build import build_selection
 
     cfg = _load(overrides)
     require_writable(cfg)  # before any compile: a read-only outputs_dir used to fail after all of them
     rows, every = _selected_rows(cfg)
-    decisions = decide(cfg, rows)
-    print(summary_line(decisions), file=sys.stderr)
-    if any(d.builds for d in decisions):
-        pin = cfg.toolchain_pin
-        require_pin(pin, installed(cfg.root / ".farm" / "cache", pin.get("linker"), pin.get("disassembler") or {}))
-    failed = build(cfg, decisions, every)
+    failed = build_selection(cfg, rows, every)
     return 1 if failed else 0
 
 
 def cmd_check(flags: set[str], overrides: list[str]) -> int:
     from .check import check
-
     cfg = _load(overrides)
     rows, every = _selected_rows(cfg)
-    found = check(cfg, rows, every)
+    # A shared hold: checks run side by side, but never see a build's half-written batch.
+    with tree_lock(cfg.outputs_dir, command_line(), shared=True, wait_s=lock_wait(cfg)):
+        found = check(cfg, rows, every)
     for line in found:
         print(f"DRIFT {line}")
     dirs = len({(r.op, r.target) for r in rows})
@@ -150,14 +146,17 @@ def cmd_pin(flags: set[str], overrides: list[str]) -> int:
 
     cfg = _load(overrides)
     pin = cfg.toolchain_pin
-    found = installed(cfg.root / ".farm" / "cache", pin.get("linker"), pin.get("disassembler") or DEFAULT_DISASSEMBLER)
+    found = installed(private_dir("toolchain-cache"), pin.get("linker"),
+                      pin.get("disassembler") or DEFAULT_DISASSEMBLER)
     diff = differences(cfg.toolchain_pin, found)
     if not diff:
         print("the pin already matches the installed toolchain")
         return 0
     path = cfg.root / "conf" / "toolchain" / "pinned.yaml"
     _require_pin_writable(path)
-    write_text_atomic(path, pin_text(found))
+    # Under the output tree's lock: a build running now must not record a pin that moves under it.
+    with tree_lock(cfg.outputs_dir, command_line(), wait_s=lock_wait(cfg)):
+        write_text_atomic(path, pin_text(found))
     print(f"moved the pin in {path}:\n  " + "\n  ".join(diff))
     print("objects built under the old pin are now out of date: `farm plan` lists them, `farm build` rebuilds "
           "them; then commit conf/toolchain/ and publish (farm push)")
