@@ -24,6 +24,7 @@ from .atomic import write_text_atomic
 from .canonical import canonical_json, sha256_bytes
 from .config import AUDIT_VARIATIONS, FarmConfig
 from .errors import FarmError
+from .lock import command_line, lock_wait, tree_lock
 from .rows import Row
 
 VARIATIONS = AUDIT_VARIATIONS  # validated at config load (farm.config)
@@ -201,10 +202,13 @@ def audit(cfg: FarmConfig, rows: list[Row], every: list[Row], overrides: list[st
         failures = _rebuild_failures(rebuild_report)
         conditions = json.loads(rebuild_report.read_text()).get("conditions") if rebuild_report.is_file() else None
         objects = []
-        for row in rows:
-            result = _compare_object(cfg.outputs_dir / row.relpath(), rebuilt / row.relpath(), failures.get(row.key))
-            objects.append({"key": row.key, **result})
-        manifests = _compare_manifests(cfg, cfg.outputs_dir, rebuilt, rows, every)
+        # Shared hold on the audited tree: a build writing it now would make the comparison meaningless.
+        with tree_lock(cfg.outputs_dir, command_line(), shared=True, wait_s=lock_wait(cfg), log=log):
+            for row in rows:
+                result = _compare_object(cfg.outputs_dir / row.relpath(), rebuilt / row.relpath(),
+                                         failures.get(row.key))
+                objects.append({"key": row.key, **result})
+            manifests = _compare_manifests(cfg, cfg.outputs_dir, rebuilt, rows, every)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return _report(cfg, objects, manifests, vary, conditions, time.monotonic() - started, log)
@@ -232,7 +236,7 @@ def _report(cfg: FarmConfig, objects: list[dict], manifests: list[dict], vary: d
               "identical": len(same), "different": len(other), "objects": objects,
               "manifests": manifests, "manifests_different": len(bad_manifests),
               "audited_tree": str(cfg.outputs_dir)}
-    path = cfg.report_dir / f"audit-{stamp}.json"
+    path = cfg.report_dir / f"audit-{stamp}-{os.getpid()}.json"  # two audits never share a report name
     write_text_atomic(path, canonical_json(report))
     write_text_atomic(cfg.report_dir / "latest-audit.json", canonical_json(report))
     print(f"audit: {len(same)} identical, {len(other)} differ; manifests: "
