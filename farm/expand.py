@@ -121,14 +121,15 @@ def expand_tables(cfg: FarmConfig) -> dict[Path, str]:
 
 def stale_tables(cfg: FarmConfig) -> list[Path]:
     """instances/ files that differ from what conf/ expands to."""
-    return [p for p, text in expand_tables(cfg).items() if not p.is_file() or p.read_text() != text]
+    # Bytes, not text: a table that is not even UTF-8 is simply stale (and `farm expand` rewrites it).
+    return [p for p, text in expand_tables(cfg).items() if not p.is_file() or p.read_bytes() != text.encode()]
 
 
 def write_tables(cfg: FarmConfig) -> list[tuple[Path, int, int]]:
     """Write instances/; returns (path, rows before, rows after) for each table that changed."""
     changed = []
     for path, text in expand_tables(cfg).items():
-        old = path.read_text() if path.is_file() else ""
+        old = path.read_bytes().decode("utf-8", "replace") if path.is_file() else ""
         if old != text:
             write_text_atomic(path, text)
             changed.append((path, old.count("\n"), text.count("\n")))
