@@ -65,10 +65,15 @@ def running(root: Path, log: Any = sys.stderr) -> dict[str, Any] | None:
     path = state_dir(root) / STATE_FILE
     try:
         state = json.loads(path.read_text())
+        owner = path.stat().st_uid
     except OSError:
         return None
     except ValueError:
-        state = {}
+        state, owner = {}, os.getuid()
+    if owner != os.getuid():  # written by someone else: nothing in it is ever signalled
+        path.unlink(missing_ok=True)
+        print(f"removed {path}: it belongs to uid {owner}, not to you; nothing it names was touched", file=log)
+        return None
     daemon = state.get("daemon") if isinstance(state, dict) else None
     if isinstance(daemon, dict) and verified(daemon) is not None:
         return state

@@ -96,6 +96,12 @@ def test_stale_state_foreign_pid_is_never_signalled(tmp_path: Path) -> None:
                    f"{foreign.pid}) is gone or that pid is another process now, which was left alone" in down.stderr
             assert not _state_path(project).exists()
             assert foreign.poll() is None  # never signalled
+        if os.getuid() == 0:  # a state someone else wrote, naming a live process exactly: still never signalled
+            _write_state(project, {"pid": foreign.pid, "daemon": executor.identity(me), "processes": []})
+            os.chown(_state_path(project), 65534, 65534)
+            down = run_farm(project, "cluster", "down", check=True)
+            assert "belongs to uid 65534, not to you; nothing it names was touched" in down.stderr
+            assert foreign.poll() is None and not _state_path(project).exists()
         _write_state(project, {"pid": foreign.pid})
         status = run_farm(project, "cluster", "status", check=True)
         assert status.stdout.strip() == "no standing cluster is up" and "stale" in status.stderr
