@@ -9,6 +9,7 @@ sorts the mnemonics it prints into classes.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import FarmError
+from .private import private_dir
 
 # First matching prefix wins, so the specific classes come before the catch-all `salu` / `valu`.
 CLASSES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -91,35 +93,92 @@ def _parse(text: str, files: Sequence[Path]) -> dict[Path, dict[str, dict[str, i
     return out
 
 
-def _run(entry: dict[str, Any] | None, mcpu: str, files: Sequence[Path]) -> subprocess.CompletedProcess:
-    command = [str(binary(entry)), "-d", "--no-show-raw-insn", "--no-leading-addr", f"--mcpu={mcpu}",
-               *map(str, files)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=600,
-                          env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LC_ALL": "C"})
+BATCH_TIMEOUT_S = 600.0
+ALONE_TIMEOUT_S = 120.0  # one object disassembles in milliseconds; this only bounds a hostile one
 
 
-def count_files(entry: dict[str, Any] | None, mcpu: str, files: Sequence[Path]) -> dict[Path, dict[str, dict]]:
-    """{file: {function: {class: count}}} for the files the disassembler could read, in one process.
-    A file missing from the result could not be disassembled; `count_many` names the reason."""
-    return _parse(_run(entry, mcpu, files).stdout, files) if files else {}
+def _run(entry: dict[str, Any] | None, mcpu: str, files: Sequence[Path],
+         timeout_s: float) -> subprocess.CompletedProcess | None:
+    """The disassembler's output for `files`; None when it did not finish in time."""
+    path = binary(entry)
+    command = [str(path), "-d", "--no-show-raw-insn", "--no-leading-addr", f"--mcpu={mcpu}", *map(str, files)]
+    try:
+        return subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=timeout_s,
+                              env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LC_ALL": "C"})
+    except subprocess.TimeoutExpired:
+        return None
+    except OSError as exc:
+        raise FarmError(f"disassembler {path} does not run ({exc})", FIX) from None
+
+
+def _alone(entry: dict[str, Any] | None, mcpu: str, path: Path) -> dict[str, dict[str, int]] | str:
+    """One file in a disassembler of its own, so a reason is about this file only."""
+    proc = _run(entry, mcpu, [path], ALONE_TIMEOUT_S)
+    if proc is None:
+        return f"the disassembler did not finish within {ALONE_TIMEOUT_S:g} s"
+    parsed = _parse(proc.stdout, [path])
+    if proc.returncode != 0 or path not in parsed:
+        return f"the disassembler could not read it: {_reason(proc.stderr, path)}"
+    return parsed[path]
+
+
+def _reason(stderr: str, path: Path) -> str:
+    """The disassembler's message without its own name and the (often temporary) file name."""
+    lines = [line.split(": ", 1)[1] if line.startswith("/") and ": " in line else line
+             for line in stderr.strip().splitlines()]
+    return "; ".join(line.replace(f"'{path}': ", "") for line in lines) or "no output"
+
+
+def count_files(entry: dict[str, Any] | None, mcpu: str, files: Sequence[Path]) -> dict[Path, dict[str, dict] | str]:
+    """{file: {function: {class: count}}, or why the disassembler cannot read it}. One process serves the
+    batch (its start-up, ~30 ms, is most of the cost of a small object); llvm-objdump stops at the first
+    bad file, so each file without a clean batch result (every file, when the batch failed) runs alone."""
+    if not files:
+        return {}
+    batch = _run(entry, mcpu, files, BATCH_TIMEOUT_S)
+    clean = batch is not None and batch.returncode == 0
+    parsed = _parse(batch.stdout, files) if clean and batch is not None else {}
+    out: dict[Path, dict[str, dict] | str] = {}
+    for path in files:
+        named = batch is not None and f"'{path}'" in batch.stderr  # a warning or error about this file
+        out[path] = parsed[path] if path in parsed and not named else _alone(entry, mcpu, path)
+    return out
 
 
 def count_many(entry: dict[str, Any] | None, mcpu: str, objects: Sequence[bytes]) -> list[dict[str, dict] | str]:
-    """Per object held in memory: {function: {class: count}}, or why it cannot be read. One disassembler
-    process serves the whole batch (its start-up, ~30 ms, is most of the cost of a small object)."""
-    out: list[dict[str, dict] | str] = []
-    with tempfile.TemporaryDirectory(prefix="farm-disasm-") as tmp:
-        paths = [Path(tmp) / f"object{i}.hsaco" for i in range(len(objects))]
+    """Per object held in memory: {function: {class: count}}, or why it cannot be read (count_files)."""
+    tmp = _scratch_dir()
+    try:
+        paths = [tmp / f"object{i}.hsaco" for i in range(len(objects))]
         for path, data in zip(paths, objects, strict=True):
             path.write_bytes(data)
         found = count_files(entry, mcpu, paths)
-        for path in paths:
-            if path not in found:  # again alone, so the disassembler's message is about this object
-                alone = _run(entry, mcpu, [path])
-                parsed = _parse(alone.stdout, [path])
-                if alone.returncode != 0 or path not in parsed:
-                    out.append(f"the disassembler could not read it: {alone.stderr.strip() or 'no output'}")
-                    continue
-                found[path] = parsed[path]
-            out.append(found[path])
-    return out
+        return [found[path] for path in paths]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _scratch_dir() -> Path:
+    """A fresh directory under the user's private `disasm/`, named after this process (`<pid>-...`), so
+    one left behind by a killed process is recognised and removed by the next."""
+    root = private_dir("disasm")
+    sweep_dead_scratch(root)
+    return Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root))
+
+
+def sweep_dead_scratch(root: Path) -> None:
+    """Remove scratch directories whose process is gone (killed before it could clean up)."""
+    for path in root.iterdir():
+        pid = path.name.split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False  # the pid now belongs to another user: the process that was ours is gone
+    return True

@@ -4,13 +4,20 @@ required per op (MFMA on CDNA attention, WMMA on RDNA), recomputed by `farm chec
 from __future__ import annotations
 
 import json
+import os
+import random
 import shutil
+import stat
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import copy_project, last_line, run_farm
+import yaml
+from conftest import REPO, copy_project, last_line, run_farm
 
-from farm.disasm import CLASS_NAMES, _parse, classify
+from farm.disasm import CLASS_NAMES, _parse, classify, count_files, count_many
+from farm.private import private_dir
 
 # One real row of every attention family (op, target, object name or None for its first row, class).
 ATTENTION_ROWS = [
@@ -143,3 +150,100 @@ def test_attention_warm_forks_match_fresh_processes(attention: tuple[Path, list]
     for op, target, name, _ in rows:
         warm = project / "outputs" / op / target / f"{name}.hsaco"
         assert (out / op / target / f"{name}.hsaco").read_bytes() == warm.read_bytes(), (op, target, name)
+
+
+# ---- one bad object among many (case 9) and the disassembler's scratch directories (case 14) ----------
+
+BWD = ("rmsnorm_bwd", "gfx942")
+BWD_SELECTION = ("ops=[rmsnorm_bwd]", "targets=[gfx942]", "dtypes=[f32]")
+PINNED = yaml.safe_load((REPO / "conf" / "toolchain" / "pinned.yaml").read_text())["disassembler"]
+
+
+@pytest.fixture(scope="module")
+def bwd_built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three real rmsnorm_bwd objects for gfx942 (f32), built once for this module."""
+    project = copy_project(tmp_path_factory.mktemp("bwd"))
+    run_farm(project, "build", *BWD_SELECTION, check=True)
+    return project
+
+
+def _objects(project: Path) -> list[Path]:
+    found = sorted((project / "outputs").joinpath(*BWD).glob("*.hsaco"))
+    assert len(found) == 3
+    return found
+
+
+def test_case9_one_truncated_object_does_not_taint_the_others(bwd_built: Path, tmp_path: Path) -> None:
+    """llvm-objdump stops at the first bad file of a batch: the objects after it must still be checked."""
+    project = tmp_path / "p"
+    shutil.copytree(bwd_built, project)
+    first, *others = _objects(project)  # the truncated one comes first in the batch
+    first.write_bytes(first.read_bytes()[:3000])
+    proc = run_farm(project, "check", *BWD_SELECTION)
+    assert proc.returncode == 1
+    drift = [line for line in proc.stdout.splitlines() if line.startswith("DRIFT ")]
+    assert drift and all(line.startswith(f"DRIFT {first}: ") for line in drift), proc.stdout
+    assert not any(str(other) in proc.stdout for other in others)
+
+
+def test_case9_count_files_gives_the_bad_file_its_own_reason(bwd_built: Path, tmp_path: Path) -> None:
+    good = _objects(bwd_built)
+    bad = tmp_path / "a_truncated.hsaco"
+    bad.write_bytes(good[0].read_bytes()[:3000])
+    batch = count_files(PINNED, "gfx942", [bad, *good])
+    for path in good:
+        assert batch[path] == count_files(PINNED, "gfx942", [path])[path]
+        assert any(counts["valu"] for counts in batch[path].values())
+    reason = batch[bad]
+    assert isinstance(reason, str) and reason.startswith("the disassembler could not read it: ")
+    assert "goes past the end of the file" in reason and str(bad) not in reason
+
+
+def test_case9_count_many_shares_the_path(bwd_built: Path) -> None:
+    good = _objects(bwd_built)[1].read_bytes()
+    bad, fine = count_many(PINNED, "gfx942", [good[:3000], good])
+    assert isinstance(bad, str) and "could not read it" in bad and "object0" not in bad
+    assert fine == count_files(PINNED, "gfx942", [_objects(bwd_built)[1]])[_objects(bwd_built)[1]]
+
+
+def test_mutated_objects_never_crash_the_disassembler(bwd_built: Path) -> None:
+    """Fuzz: truncations, byte flips and junk appended give a result or a reason each, never an exception."""
+    base = _objects(bwd_built)[0].read_bytes()
+    rng = random.Random(20261201)
+    mutants = []
+    for i in range(48):
+        data = bytearray(base)
+        if i % 3 == 0:
+            data = data[: rng.randrange(len(data))]
+        elif i % 3 == 1:
+            for _ in range(rng.randrange(1, 16)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+        else:
+            data += bytes(rng.randrange(256) for _ in range(rng.randrange(1, 512)))
+        mutants.append(bytes(data))
+    results = count_many(PINNED, "gfx942", mutants)
+    assert len(results) == len(mutants)
+    assert all(isinstance(r, dict | str) for r in results)
+    assert any(isinstance(r, str) for r in results)
+
+
+def test_case14_disasm_scratch_is_private_and_dead_processes_leftovers_are_swept(
+        bwd_built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    root = private_dir("disasm")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = root / f"{gone.pid}-leftover"
+    dead.mkdir()
+    (dead / "object0.hsaco").write_bytes(b"x")
+    alive = subprocess.Popen(["sleep", "60"])
+    try:
+        living = root / f"{alive.pid}-inuse"
+        living.mkdir()
+        assert isinstance(count_many(PINNED, "gfx942", [_objects(bwd_built)[0].read_bytes()])[0], dict)
+        assert sorted(p.name for p in root.iterdir()) == [living.name]  # its own scratch is gone too
+    finally:
+        alive.kill()
+        alive.wait()
+    assert root.parent == tmp_path / f"farm-{os.getuid()}"
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700 and stat.S_IMODE(root.parent.stat().st_mode) == 0o700
