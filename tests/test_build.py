@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -181,7 +182,9 @@ def test_wrong_toolchain_refuses_to_build(clone: Path) -> None:
 
 def test_interrupted_write_leftovers_are_cleaned(clone: Path) -> None:
     where = clone / "outputs" / "rmsnorm" / "gfx942"
-    leftover = where / ".rmsnorm_bf16_train_n2560.hsaco.abc.tmp"
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a writer that is gone: its temporary file is a leftover
+    leftover = where / f".rmsnorm_bf16_train_n2560.hsaco.{dead.pid}.0123456789abcdef.tmp"
     leftover.write_bytes(b"half")
     obj = _object(clone)
     obj.unlink()
