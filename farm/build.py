@@ -8,12 +8,10 @@ import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from . import disasm, manifest
-from .atomic import write_text_atomic
-from .canonical import canonical_json, sha256_bytes
+from .canonical import sha256_bytes
 from .config import FarmConfig
 from .digest import generator_digest, inputs_of
 from .elfinfo import NotACodeObject, read_code_object
@@ -22,10 +20,10 @@ from .lock import command_line, lock_wait, tree_lock
 from .outtree import OutputDir
 from .plan import Decision
 from .private import private_dir
+from .report import origin_fields, write_build_report
 from .rows import Row
 from .sources import collect
 from .toolchain import compile_part, differences
-from .trace import chrome_trace
 from .verify import describe, problems
 
 STDERR_TAIL_LINES = 40
@@ -196,8 +194,8 @@ def build_selection(cfg: FarmConfig, rows: list[Row], all_rows: list[Row], log: 
 def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row], log: Any = sys.stderr) -> int:
     """Build every decision that needs it; returns the number of failed rows. The caller holds the lock."""
     started = time.monotonic()
-    report: dict[str, Any] = {"started_utc": datetime.now(UTC).isoformat(), "rows": [], "pruned": [],
-                              "conditions": build_conditions(cfg)}
+    report: dict[str, Any] = {"started_utc": datetime.now(UTC).isoformat(timespec="microseconds"), "rows": [],
+                              "pruned": [], "conditions": build_conditions(cfg), **origin_fields(cfg)}
     failures: list[tuple[Row, str, str]] = []
     built = 0
     try:
@@ -207,7 +205,7 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row], log: 
     except OSError as exc:  # disk full, a read-only directory: the finished objects are on disk already
         where = f" ({exc.filename})" if exc.filename else ""
         report["error"] = f"{exc.strerror or exc}{where}"
-        _write_report(cfg, report, log)
+        write_build_report(cfg, report, log)
         raise FarmError(f"writing {cfg.outputs_dir} failed: {exc.strerror or exc}{where}; {built} objects of this "
                         "build were written before it", "free disk space or fix the permissions, then run "
                         "`farm build` again: it resumes with what is missing") from None
@@ -215,7 +213,9 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row], log: 
     elapsed = time.monotonic() - started
     report |= {"seconds": round(elapsed, 3), "built": built, "failed": len(failures),
                "up_to_date": len(decisions) - todo}
-    report_path = _write_report(cfg, report, log)
+    # A build that had nothing to do leaves no report: the reports stay a record of builds that did something.
+    did_something = bool(todo or report["pruned"])
+    report_path = write_build_report(cfg, report, log) if did_something else "none (nothing to do)"
     for row, reason, stderr in failures:
         print(f"\n--- {row.key} failed: {reason}", file=log)
         if stderr.strip():
@@ -284,21 +284,3 @@ def build_conditions(cfg: FarmConfig) -> dict[str, Any]:
     }
 
 
-def _write_report(cfg: FarmConfig, report: dict[str, Any], log: Any) -> Path | str:
-    """Timings and logs live here, outside outputs/, so outputs/ stays byte-reproducible. The name carries
-    the time to the microsecond and the pid: two builds never write the same report. A report that cannot
-    be written (disk full) is said in one line; it never hides the build's own result."""
-    stamp = report["started_utc"].replace(":", "").replace("-", "").split("+")[0].replace(".", "-")
-    name = f"build-{stamp}-{os.getpid()}"
-    path = cfg.report_dir / f"{name}.json"
-    try:
-        text = canonical_json(report)
-        write_text_atomic(path, text)
-        write_text_atomic(cfg.report_dir / "latest-build.json", text)
-        trace = canonical_json(chrome_trace(report["rows"]))
-        write_text_atomic(cfg.report_dir / f"{name}.trace.json", trace)
-        write_text_atomic(cfg.report_dir / "latest-build.trace.json", trace)
-    except OSError as exc:
-        print(f"the build report could not be written to {cfg.report_dir} ({exc.strerror or exc})", file=log)
-        return f"not written ({exc.strerror or exc})"
-    return path

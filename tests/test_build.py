@@ -73,10 +73,11 @@ def test_noop_build_compiles_nothing(built: Path) -> None:
     before = tree_bytes(built / "outputs")
     plan = run_farm(built, "plan")
     assert last_line(plan.stdout) == f"rows={5 * SMALL_ROWS_PER_TARGET} up_to_date=30 to_build=0"
+    reports = sorted((built / ".farm" / "reports").iterdir())
     proc = run_farm(built, "build")
     assert proc.returncode == 0
-    report = json.loads((built / ".farm" / "reports" / "latest-build.json").read_text())
-    assert report["built"] == 0 and report["rows"] == [] and report["up_to_date"] == 30
+    assert "built 0, failed 0, up to date 30" in proc.stderr and "report: none (nothing to do)" in proc.stderr
+    assert sorted((built / ".farm" / "reports").iterdir()) == reports  # a no-op build adds no report
     assert tree_bytes(built / "outputs") == before
 
 
