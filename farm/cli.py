@@ -26,6 +26,7 @@ verbs:
   audit              rebuild the selection elsewhere, varied; compare byte-for-byte with outputs/
                      (audit.sample=N for a deterministic sample; audit.vary.umask=false etc.)
   pin                move the toolchain pin to what is installed (rebuilds everything)
+  golden             record outputs.sha256 (+ outputs.dvc) from a complete, clean tree; commit them
   push / pull        publish outputs/ with DVC (after farm check) / fetch it and check it
   status             does outputs/ match outputs.dvc and the instance table? the fixing command
   cluster up|down|status  a standing local Ray cluster with warm compilers, used by every build
@@ -118,17 +119,27 @@ def cmd_build(flags: set[str], overrides: list[str]) -> int:
 
 def cmd_check(flags: set[str], overrides: list[str]) -> int:
     from .check import check
+    from .golden import drift as golden_drift
     cfg = _load(overrides)
     rows, every = _selected_rows(cfg)
     # A shared hold: checks run side by side, but never see a build's half-written batch.
     with tree_lock(cfg.outputs_dir, command_line(), shared=True, wait_s=lock_wait(cfg)):
-        found = check(cfg, rows, every)
+        found = check(cfg, rows, every) + golden_drift(cfg, rows)
     for line in found:
         print(f"DRIFT {line}")
     dirs = len({(r.op, r.target) for r in rows})
     print(f"checked {len(rows)} objects in {dirs} directories: "
           + ("no drift" if not found else f"{len(found)} problem(s)"))
     return 1 if found else 0
+
+
+def cmd_golden(flags: set[str], overrides: list[str]) -> int:
+    """farm golden: record outputs.sha256 (and outputs.dvc) from a complete, clean tree."""
+    from .golden import seal
+
+    cfg = _load(overrides)
+    rows, every = _selected_rows(cfg)
+    return seal(cfg, rows, every, sys.stdout)
 
 
 def cmd_audit(flags: set[str], overrides: list[str]) -> int:
@@ -236,7 +247,7 @@ def cmd_vendor(flags: set[str], overrides: list[str]) -> int:
 VERBS: dict[str, Callable[[set[str], list[str]], int]] = {
     "expand": cmd_expand, "plan": cmd_plan, "build": cmd_build, "check": cmd_check, "pin": cmd_pin,
     "audit": cmd_audit, "push": cmd_push, "pull": cmd_pull, "status": cmd_status, "diff": cmd_diff,
-    "vendor": cmd_vendor, "cluster": cmd_cluster,
+    "vendor": cmd_vendor, "golden": cmd_golden, "cluster": cmd_cluster,
 }
 
 

@@ -1,0 +1,128 @@
+"""Golden digests: `outputs.sha256` in git says which bytes the instance table produces.
+
+One line per file under `outputs/` (objects, manifests, SOURCE.md), in `sha256sum` format, sorted, with
+paths relative to `outputs/`: `cd outputs && sha256sum -c ../outputs.sha256` verifies a tree with nothing
+but coreutils, and a change to any object's bytes shows in a git diff by name. `farm check` compares the
+selected rows against it; `farm golden` rewrites it (and `outputs.dvc`) from a complete, clean tree.
+The file lives beside the tree it describes: `<outputs_dir>.sha256`, like DVC's `<outputs_dir>.dvc`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .canonical import sha256_file
+from .config import SAFE_NAME, FarmConfig
+from .errors import FarmError
+from .outtree import MANIFEST, PROVENANCE, object_name_problem
+from .rows import Row
+
+LINE = re.compile(r"^(?P<sha>[0-9a-f]{64})  (?P<path>[^\n]+)$")
+FIX = "run `farm golden` after a clean, complete `farm build` (then commit outputs.sha256 and outputs.dvc)"
+
+
+def golden_path(cfg: FarmConfig) -> Path:
+    out = cfg.outputs_dir.absolute()
+    return out.parent / f"{out.name}.sha256"
+
+
+def _path_ok(rel: str) -> bool:
+    """<op>/<target>/<file>: safe names only, an object name or one of the two per-directory files."""
+    parts = rel.split("/")
+    if len(parts) != 3 or not all(SAFE_NAME.match(p) for p in parts[:2]):
+        return False
+    return parts[2] in (MANIFEST, PROVENANCE) or object_name_problem(parts[2]) is None
+
+
+@dataclass(frozen=True)
+class Golden:
+    """The committed digests, by path relative to the tree."""
+
+    path: Path
+    sha256: dict[str, str]
+
+
+def load(cfg: FarmConfig) -> Golden | None:
+    """The committed digests, None when the project has none yet; a malformed line is an error."""
+    path = golden_path(cfg)
+    if not path.is_file():
+        return None
+    digests: dict[str, str] = {}
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise FarmError(f"{path}: not UTF-8 text", FIX) from None
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        match = LINE.match(line)
+        if not match or not _path_ok(match["path"]) or match["path"] in digests:
+            raise FarmError(f"{path}:{lineno}: not a `sha256sum` line for <op>/<target>/<file>: {line[:120]!r}", FIX)
+        digests[match["path"]] = match["sha"]
+    return Golden(path, digests)
+
+
+def render(digests: dict[str, str]) -> str:
+    return "".join(f"{sha}  {rel}\n" for rel, sha in sorted(digests.items()))
+
+
+def tree_digests(out: Path) -> dict[str, str]:
+    """SHA256 of every file of the tree, by relative path; anything but <op>/<target>/<file> is refused."""
+    digests: dict[str, str] = {}
+    for path in sorted(out.rglob("*")):
+        rel = path.relative_to(out).as_posix()
+        if path.is_symlink() or (path.is_file() and not _path_ok(rel)):
+            raise FarmError(f"{path}: not a file the farm writes", f"remove it, then {FIX}")
+        if path.is_file():
+            digests[rel] = sha256_file(path)
+    return digests
+
+
+def drift(cfg: FarmConfig, rows: list[Row]) -> list[str]:
+    """One line per selected object (and its directory's manifest and SOURCE.md) whose bytes differ from the
+    committed digest or that has none; nothing when the project has no golden file."""
+    golden = load(cfg)
+    if golden is None:
+        return []
+    found: list[str] = []
+    dirs = sorted({(r.op, r.target) for r in rows})
+    wanted = [r.relpath() for r in rows] + [f"{op}/{t}/{name}" for op, t in dirs for name in (MANIFEST, PROVENANCE)]
+    for rel in sorted(wanted):
+        path = cfg.outputs_dir / rel
+        if not path.is_file():
+            continue  # the drift guard already names what is missing
+        if rel not in golden.sha256:
+            found.append(f"{path}: no golden digest in {golden.path.name} (a new row or directory? {FIX})")
+        elif sha256_file(path) != golden.sha256[rel]:
+            found.append(f"{path}: bytes differ from the committed golden digest in {golden.path.name}")
+    return found
+
+
+def seal(cfg: FarmConfig, rows: list[Row], every: list[Row], log: object) -> int:
+    """`farm golden`: under the tree's lock, require the selected ops' whole table built and clean, then write
+    `<outputs_dir>.sha256` from the tree (and the DVC pointer, see farm/publish.py). Exit status."""
+    from .atomic import write_text_atomic
+    from .check import check
+    from .lock import command_line, lock_wait, tree_lock
+
+    if rows != every:
+        raise FarmError("farm golden records the whole table of the selected ops, not a part of it",
+                        "drop targets=/dtypes=/names= (ops=[...] may stay)")
+    with tree_lock(cfg.outputs_dir, command_line(), wait_s=lock_wait(cfg)):
+        found = check(cfg, rows, every)
+        dirs = {(r.op, r.target) for r in rows}
+        present = {tuple(p.relative_to(cfg.outputs_dir).parts) for p in cfg.outputs_dir.glob("*/*")}
+        found += [f"{cfg.outputs_dir / '/'.join(d)}: no selected row builds this directory"
+                  for d in sorted(present - dirs)]
+        for line in found:
+            print(f"DRIFT {line}", file=log)
+        if found:
+            print(f"refusing to record golden digests: {len(found)} problem(s); `farm build`, then `farm golden`",
+                  file=log)
+            return 1
+        digests = tree_digests(cfg.outputs_dir)
+        path = golden_path(cfg)
+        write_text_atomic(path, render(digests))
+    print(f"wrote {path}: {len(digests)} files ({len(rows)} objects in {len(dirs)} directories); "
+          f"commit it", file=log)
+    return 0
