@@ -13,16 +13,16 @@ from typing import Any
 from . import disasm, manifest
 from .canonical import sha256_bytes
 from .config import FarmConfig
-from .digest import generator_digest, inputs_of
+from .digest import CodeRecorder, CompileRecord, farm_hashes, farm_path_ok, inputs_of
 from .elfinfo import NotACodeObject, read_code_object
 from .errors import FarmError
 from .lock import command_line, lock_wait, tree_lock
 from .outtree import OutputDir
-from .plan import Decision
+from .plan import REVERIFY, Decision
 from .private import private_dir
 from .report import origin_fields, write_build_report
 from .rows import Row
-from .sources import collect
+from .sources import Tree, collect
 from .toolchain import compile_part, differences
 from .verify import describe, problems
 
@@ -82,6 +82,16 @@ class DirectoryWriter:
         self._entries(row.op, row.target)[row.file_name] = entry
         self.unwritten.add((row.op, row.target))
 
+    def recorded(self, row: Row) -> tuple[dict[str, Any] | None, bytes | None]:
+        """The row's current manifest entry and object bytes (read through the directory handle)."""
+        entry = self._entries(row.op, row.target).get(row.file_name)
+        return entry, self._dir(row.op, row.target).read_bytes(row.file_name)
+
+    def record(self, row: Row, entry: dict[str, Any]) -> None:
+        """A new entry for the object already on disk (a re-verify): the object's bytes are not rewritten."""
+        self._entries(row.op, row.target)[row.file_name] = entry
+        self.unwritten.add((row.op, row.target))
+
     def flush(self) -> None:
         """Write the manifests with new entries: once per batch of results, not per object (rewriting a
         large manifest for every object of a fast build cost the driver more than its verification)."""
@@ -107,43 +117,75 @@ class DirectoryWriter:
         return gone
 
 
-def accept(cfg: FarmConfig, row: Row, result: dict[str, Any], generator: str,
-           functions: dict[str, dict[str, int]] | str) -> tuple[dict | None, str | None]:
+def accept(cfg: FarmConfig, row: Row, result: dict[str, Any], compiled: CompileRecord,
+           functions: dict[str, dict[str, int]] | str,
+           ran: frozenset[str] = frozenset()) -> tuple[dict | None, str | None]:
     """Check a worker's result; returns (manifest entry, None) or (None, reason it is refused).
-    `functions` is the object's disassembly counts (`disassemble`), or why it could not be read."""
+    `compiled` is what the compile consulted and ran; `functions` is the object's disassembly counts
+    (`disassemble`), or why it could not be read; `ran` the code files that disassembly ran. The entry records
+    as verification code every farm file whose functions ran here or in the disassembly (digest.CodeRecorder)."""
+    with CodeRecorder() as code:
+        refused = _refusal(cfg, row, result, compiled, functions)
+        if refused:
+            return None, refused
+        _entry(cfg, row, result["elf"], compiled, functions, {})  # the entry's own code runs here too
+    code.filenames |= ran
+    return _entry(cfg, row, result["elf"], compiled, functions, code.files()), None
+
+
+def _refusal(cfg: FarmConfig, row: Row, result: dict[str, Any], compiled: CompileRecord,
+             functions: dict[str, dict[str, int]] | str) -> str | None:
+    """Why the result is not accepted, None when it is."""
     if not result.get("ok"):
-        return None, result.get("error") or "compile failed"
+        return result.get("error") or "compile failed"
     diff = differences(compile_part(cfg.toolchain_pin), result.get("toolchain") or {})
     if diff:
-        return None, f"worker on node {result.get('node')} has a different toolchain: {'; '.join(diff)}"
-    if result.get("generator") != generator:
-        return None, f"worker on node {result.get('node')} runs different farm generator code"
-    elf = result["elf"]
+        return f"worker on node {result.get('node')} has a different toolchain: {'; '.join(diff)}"
+    stale = _generator_mismatch(compiled.generator)
+    if stale:
+        return f"worker on node {result.get('node')} runs different farm generator code ({stale})"
     try:
-        co = read_code_object(elf)
+        co = read_code_object(result["elf"])
     except NotACodeObject as exc:
-        return None, f"object is not a code object: {exc}"
+        return f"object is not a code object: {exc}"
     if isinstance(functions, str):
-        return None, f"object cannot be disassembled: {functions}"
+        return f"object cannot be disassembled: {functions}"
     found = problems(co, row, cfg.ops[row.op], cfg.targets[row.target], functions)
-    if found:
-        return None, "verification failed: " + "; ".join(found)
-    inputs = inputs_of(cfg, row, result["sources"], generator)
-    entry = manifest.object_entry(row.to_json(), row.file_name, sha256_bytes(elf), len(elf), inputs,
-                                  describe(co, functions))
-    return entry, None
+    return "verification failed: " + "; ".join(found) if found else None
 
 
-def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], generator: str, writer: DirectoryWriter,
+def _generator_mismatch(generator: dict[str, Any]) -> str | None:
+    """The first farm file the compile ran whose SHA256 is not this checkout's (or why the record is unusable)."""
+    if not generator:
+        return "it recorded no farm code"
+    bad = sorted(str(rel) for rel in generator if not farm_path_ok(rel))
+    if bad:
+        return f"{bad[0]!r} is not a farm source file"
+    mine = farm_hashes(generator)
+    differ = [rel for rel in sorted(generator) if mine[rel] != generator[rel]]
+    return f"farm/{differ[0]} differs from the driver's" if differ else None
+
+
+def _entry(cfg: FarmConfig, row: Row, elf: bytes, compiled: CompileRecord, functions: dict[str, dict[str, int]],
+           verifier: dict[str, str]) -> dict[str, Any]:
+    inputs = inputs_of(cfg, row, compiled, verifier)
+    return manifest.object_entry(row.to_json(), row.file_name, sha256_bytes(elf), len(elf), inputs,
+                                 describe(read_code_object(elf), functions))
+
+
+def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], tree: Tree, writer: DirectoryWriter,
              report_rows: list[dict[str, Any]], failures: list[tuple[Row, str, str]], bar: Any, log: Any,
              heartbeat: Callable[[], None]) -> int:
-    """Verify and write results as they arrive, a batch at a time; returns the number written."""
+    """Verify and write results as they arrive, a batch at a time; returns the number written. `tree` is
+    the kernel sources this build shipped: the compiles' lookups are answered from it."""
     built = 0
     for batch in pool.completed_batches():
-        counts = disassemble(cfg, [(rows[r["key"]], r) for r in batch])
+        with CodeRecorder() as code:
+            counts = disassemble(cfg, [(rows[r["key"]], r) for r in batch])
         for result in batch:
             row = rows[result["key"]]
-            entry, refused = accept(cfg, row, result, generator, counts.get(row.key, "it was not disassembled"))
+            entry, refused = accept(cfg, row, result, CompileRecord.of_result(result, tree),
+                                    counts.get(row.key, "it was not disassembled"), frozenset(code.filenames))
             if entry is not None:
                 writer.write_object(row, result["elf"], entry)
                 built += 1
@@ -156,6 +198,37 @@ def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], generator: str, w
         writer.flush()
         heartbeat()
     return built
+
+
+def reverify(cfg: FarmConfig, todo: list[Decision], writer: DirectoryWriter, report_rows: list[dict[str, Any]],
+             failures: list[tuple[Row, str, str]], log: Any) -> int:
+    """Verify the objects on disk again under today's verification code and record their new entries, without
+    compiling: only that code changed since they were built (plan status reverify). Returns how many passed."""
+    results = []
+    for d in todo:
+        entry, elf = writer.recorded(d.row)
+        ok = entry is not None and elf is not None and sha256_bytes(elf) == entry.get("sha256")
+        inputs = entry.get("inputs") if entry is not None and isinstance(entry.get("inputs"), dict) else {}
+        results.append((d.row, CompileRecord.of_entry(inputs), {
+            "key": d.row.key, "ok": ok, "elf": elf if ok else None, "node": "driver (re-verify)",
+            "error": None if ok else "the object changed since it was planned; run farm build again",
+            "toolchain": compile_part(cfg.toolchain_pin)}))
+    with CodeRecorder() as code:
+        counts = disassemble(cfg, [(row, result) for row, _, result in results])
+    passed = 0
+    for row, compiled, result in results:
+        entry, refused = accept(cfg, row, result, compiled, counts.get(row.key, "it was not disassembled"),
+                                frozenset(code.filenames))
+        if entry is not None:
+            writer.record(row, entry)
+            passed += 1
+        else:
+            failures.append((row, f"re-verification failed: {refused}", ""))
+            print(f"FAILED {row.key}: re-verification failed: {refused}", file=log)
+        report_rows.append({"key": row.key, "ok": entry is not None, "reverified": True, "written": False,
+                            "refused": refused})
+    writer.flush()
+    return passed
 
 
 def disassemble(cfg: FarmConfig, results: list[tuple[Row, dict[str, Any]]]) -> dict[str, dict | str]:
@@ -197,11 +270,13 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row], log: 
     report: dict[str, Any] = {"started_utc": datetime.now(UTC).isoformat(timespec="microseconds"), "rows": [],
                               "pruned": [], "conditions": build_conditions(cfg), **origin_fields(cfg)}
     failures: list[tuple[Row, str, str]] = []
-    built = 0
+    built = reverified = 0
     try:
         with DirectoryWriter(cfg) as writer:
             report["pruned"] = _prune(cfg, writer, decisions, all_rows, log)
-            built = _compile_and_write(cfg, [d for d in decisions if d.builds], writer, report, failures, log)
+            reverified = reverify(cfg, [d for d in decisions if d.status == REVERIFY], writer, report["rows"],
+                                  failures, log)
+            built = _compile_and_write(cfg, [d for d in decisions if d.compiles], writer, report, failures, log)
     except OSError as exc:  # disk full, a read-only directory: the finished objects are on disk already
         where = f" ({exc.filename})" if exc.filename else ""
         report["error"] = f"{exc.strerror or exc}{where}"
@@ -211,7 +286,7 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row], log: 
                         "`farm build` again: it resumes with what is missing") from None
     todo = sum(d.builds for d in decisions)
     elapsed = time.monotonic() - started
-    report |= {"seconds": round(elapsed, 3), "built": built, "failed": len(failures),
+    report |= {"seconds": round(elapsed, 3), "built": built, "reverified": reverified, "failed": len(failures),
                "up_to_date": len(decisions) - todo}
     # A build that had nothing to do leaves no report: the reports stay a record of builds that did something.
     did_something = bool(todo or report["pruned"])
@@ -220,7 +295,8 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row], log: 
         print(f"\n--- {row.key} failed: {reason}", file=log)
         if stderr.strip():
             print(_tail(stderr), file=log)
-    print(f"\nbuilt {built}, failed {len(failures)}, up to date {len(decisions) - todo} "
+    again = f", reverified {reverified}" if reverified else ""
+    print(f"\nbuilt {built}{again}, failed {len(failures)}, up to date {len(decisions) - todo} "
           f"in {elapsed:.1f} s; report: {report_path}", file=log)
     return len(failures)
 
@@ -246,18 +322,19 @@ def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryW
 
     if not todo:
         return 0
-    generator = generator_digest()
     rows = {d.row.key: d.row for d in todo}
     standing = for_build(cfg, log)
+    sources = collect(cfg.kernels_dir)
     with RayExecutor(cfg.executor, cfg.compile_timeout_s, standing) as pool:
-        pool.share_sources(collect(cfg.kernels_dir))
+        pool.share_sources(sources)
         for d in (reversed(todo) if cfg.extra.get("row_order") == "reversed" else todo):
             pool.submit(_request(cfg, d.row))
         bar = tqdm(total=len(todo), desc="compiling", unit="obj", file=log, disable=None)
         try:
             # A long build keeps the standing cluster's idle clock from running out under it.
             heartbeat = (lambda: mark_used(cfg.root)) if standing else (lambda: None)
-            built = _collect(cfg, pool, rows, generator, writer, report["rows"], failures, bar, log, heartbeat)
+            built = _collect(cfg, pool, rows, Tree.of(sources), writer, report["rows"], failures, bar, log,
+                             heartbeat)
         finally:
             writer.flush()
         bar.close()

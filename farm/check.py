@@ -7,11 +7,13 @@ from pathlib import Path
 from . import disasm, manifest
 from .canonical import canonical_json, digest_of, sha256_bytes
 from .config import FarmConfig
-from .digest import changed_inputs, generator_digest, inputs_of, source_hashes
+from .digest import current_inputs, input_changes
 from .elfinfo import NotACodeObject, read_code_object
 from .errors import FarmError
 from .outtree import OutputDir
+from .plan import REVERIFY_NOTE
 from .rows import Row
+from .sources import Tree, shipped_names
 from .toolchain import differences, require_pin
 from .verify import describe, problems
 
@@ -21,7 +23,7 @@ DERIVED_FIELDS = ("code_object", "kernels")
 def check(cfg: FarmConfig, rows: list[Row], all_rows: list[Row]) -> list[str]:
     """Problems found, one line each, each naming a file; empty means no drift."""
     found: list[str] = []
-    generator = generator_digest()
+    tree = Tree.of(shipped_names(cfg.kernels_dir))  # what a build would ship now: the lookups' answers
     # Instruction classes are recomputed, so the disassembler must be the pinned one.
     pinned = cfg.toolchain_pin.get("disassembler") or {}
     require_pin({"disassembler": pinned}, {"disassembler": disasm.installed(pinned)})
@@ -30,21 +32,21 @@ def check(cfg: FarmConfig, rows: list[Row], all_rows: list[Row]) -> list[str]:
         by_dir.setdefault((row.op, row.target), []).append(row)
     known = {(r.op, r.target, r.file_name) for r in all_rows}
     for (op, target), dir_rows in sorted(by_dir.items()):
-        found += _check_directory(cfg, op, target, dir_rows, known, generator)
+        found += _check_directory(cfg, op, target, dir_rows, known, tree)
     return found
 
 
 def _check_directory(cfg: FarmConfig, op: str, target: str, rows: list[Row],
-                     known: set[tuple[str, str, str]], generator: str) -> list[str]:
+                     known: set[tuple[str, str, str]], tree: Tree) -> list[str]:
     try:
         with OutputDir(cfg.outputs_dir, op, target) as out:
-            return _check_opened(cfg, out, op, target, rows, known, generator)
+            return _check_opened(cfg, out, op, target, rows, known, tree)
     except FarmError as exc:  # a symlinked directory: named, and the other directories are still checked
         return [exc.what]
 
 
 def _check_opened(cfg: FarmConfig, out: OutputDir, op: str, target: str, rows: list[Row],
-                  known: set[tuple[str, str, str]], generator: str) -> list[str]:
+                  known: set[tuple[str, str, str]], tree: Tree) -> list[str]:
     where = out.path
     mpath = where / manifest.MANIFEST
     try:
@@ -68,7 +70,7 @@ def _check_opened(cfg: FarmConfig, out: OutputDir, op: str, target: str, rows: l
     disassembled = disasm.count_files(cfg.toolchain_pin.get("disassembler"), target, paths)
     for row in rows:
         path = where / row.file_name
-        found += _check_object(cfg, row, entries.get(row.file_name), out, mpath, generator, disassembled.get(path))
+        found += _check_object(cfg, row, entries.get(row.file_name), out, mpath, tree, disassembled.get(path))
     for file in sorted(entries):
         if (op, target, file) not in known:
             found.append(f"{where / file}: manifest entry for an object no row in instances/ makes")
@@ -82,7 +84,7 @@ def _check_opened(cfg: FarmConfig, out: OutputDir, op: str, target: str, rows: l
 
 
 def _check_object(cfg: FarmConfig, row: Row, entry: dict | None, out: OutputDir, mpath: Path,
-                  generator: str, functions: dict[str, dict[str, int]] | str | None) -> list[str]:
+                  tree: Tree, functions: dict[str, dict[str, int]] | str | None) -> list[str]:
     path = out.path / row.file_name
     if entry is None:
         return [f"{path}: row {row.key} has no entry in {mpath}"]
@@ -111,7 +113,8 @@ def _check_object(cfg: FarmConfig, row: Row, entry: dict | None, out: OutputDir,
     recorded = entry.get("inputs", {})
     if digest_of(recorded) != entry.get("input_digest"):
         found.append(f"{path}: input_digest does not match the recorded inputs (manifest edited)")
-    current = inputs_of(cfg, row, source_hashes(cfg.kernels_dir, recorded.get("sources", {})), generator)
-    for reason in changed_inputs(recorded, current):
-        found.append(f"{path}: input drift: {reason} since it was built")
+    recorded = recorded if isinstance(recorded, dict) else {}
+    for change in input_changes(recorded, current_inputs(cfg, row, tree, recorded)):
+        note = f" (farm build: {REVERIFY_NOTE})" if change.verify_only else ""
+        found.append(f"{path}: input drift: {change.reason} since it was built{note}")
     return found

@@ -155,13 +155,12 @@ def _compile_task(request: dict[str, Any], sources: dict[str, bytes], timeout_s:
     import ray
 
     from farm.compile.isolate import compile_isolated
-    from farm.digest import generator_digest
 
     context = ray.get_runtime_context()
     # Nodes of one test cluster share a host name, so the node id keeps them apart.
     node = f"{socket.gethostname()}/{ray.util.get_node_ip_address()}/{context.get_node_id()[:8]}"
     result = compile_isolated(request, sources, timeout_s, warm=warm, node=node)
-    result["generator"] = generator_digest()
+    # result["generator"]: the farm code this compile ran, per file (compile_isolated); the driver checks it.
     result["worker"] = f"{node} pid {result['pid']}"
     return result
 

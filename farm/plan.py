@@ -9,22 +9,32 @@ from typing import Any
 from . import manifest
 from .canonical import sha256_bytes
 from .config import FarmConfig
-from .digest import changed_inputs, generator_digest, inputs_of, source_hashes
+from .digest import current_inputs, input_changes
 from .outtree import OutputDir
 from .rows import Row
+from .sources import Tree, shipped_names
 
 UP_TO_DATE = "up-to-date"
+# Only the farm's verification code changed: the existing object is verified again and its entry
+# re-recorded, without compiling (farm/build.py `reverify`).
+REVERIFY = "reverify"
+REVERIFY_NOTE = "re-verifying without compiling"
 
 
 @dataclass(frozen=True)
 class Decision:
     row: Row
-    status: str  # up-to-date | new | missing | tampered | inputs-changed
+    status: str  # up-to-date | new | missing | tampered | inputs-changed | reverify
     reason: str
 
     @property
     def builds(self) -> bool:
+        """It needs work: a compile, or (status reverify) a new verification of the object on disk."""
         return self.status != UP_TO_DATE
+
+    @property
+    def compiles(self) -> bool:
+        return self.builds and self.status != REVERIFY
 
 
 @dataclass(frozen=True)
@@ -58,7 +68,7 @@ def read_directory(cfg: FarmConfig, op: str, target: str) -> DirectoryState:
 
 
 def decide(cfg: FarmConfig, rows: list[Row]) -> list[Decision]:
-    generator = generator_digest()
+    tree = Tree.of(shipped_names(cfg.kernels_dir))  # what a build would ship now: the lookups' answers
     decisions = []
     cache: dict[tuple[str, str], DirectoryState] = {}
     for row in rows:
@@ -80,17 +90,24 @@ def decide(cfg: FarmConfig, rows: list[Row]) -> list[Decision]:
         elif state.sha256.get(row.file_name) != entry.get("sha256"):
             decisions.append(Decision(row, "tampered", f"{row.file_name} SHA256 differs from its manifest entry"))
         else:
-            recorded = entry.get("inputs", {})
-            current = inputs_of(cfg, row, source_hashes(cfg.kernels_dir, recorded.get("sources", {})), generator)
-            reasons = changed_inputs(recorded, current)
-            if reasons:
-                decisions.append(Decision(row, "inputs-changed", "; ".join(reasons)))
-            else:
-                decisions.append(Decision(row, UP_TO_DATE, ""))
+            decisions.append(_by_inputs(cfg, row, entry.get("inputs"), tree))
     return decisions
+
+
+def _by_inputs(cfg: FarmConfig, row: Row, recorded: Any, tree: Tree) -> Decision:
+    """Up to date, re-verify (only verification code changed) or inputs-changed, with every change named."""
+    recorded = recorded if isinstance(recorded, dict) else {}
+    changes = input_changes(recorded, current_inputs(cfg, row, tree, recorded))
+    reason = "; ".join(c.reason for c in changes)
+    if not changes:
+        return Decision(row, UP_TO_DATE, "")
+    if all(c.verify_only for c in changes):
+        return Decision(row, REVERIFY, f"{reason}: {REVERIFY_NOTE}")
+    return Decision(row, "inputs-changed", reason)
 
 
 def summary_line(decisions: list[Decision]) -> str:
     counts = Counter(d.status for d in decisions)
     up = counts.get(UP_TO_DATE, 0)
-    return f"rows={len(decisions)} up_to_date={up} to_build={len(decisions) - up}"
+    again = f" reverify={counts[REVERIFY]}" if counts.get(REVERIFY) else ""
+    return f"rows={len(decisions)} up_to_date={up} to_build={len(decisions) - up}{again}"

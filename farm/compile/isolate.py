@@ -29,6 +29,7 @@ from ..canonical import sha256_bytes
 from ..private import private_dir
 from ..toolchain import differences, installed, write_linker_shim
 from .binary_step import DEADLINE_ENV, SERVER_ENV
+from .worker import farm_files, module_closure
 
 
 # The child's whole environment. Nothing from the caller's environment leaks in, so HOME, locale,
@@ -345,6 +346,12 @@ def failure_message(outcome: Outcome, timeout_s: float) -> str:
     return f"compiler process {how}" + (f": {cause}" if cause else "")
 
 
+def generator_files(compile_process: dict[str, str]) -> dict[str, str]:
+    """The farm code that made this row's bytes: what the compile process loaded (its record), and the
+    code that prepared its directory and environment here (this module and what it uses, transitively)."""
+    return dict(sorted((compile_process | farm_files(module_closure(sys.modules[__name__]))).items()))
+
+
 def compile_isolated(request: dict[str, Any], sources: dict[str, bytes], timeout_s: float,
                      warm: bool = True, node: str | None = None) -> dict[str, Any]:
     """Compile one row in a child process; never raises for a compile failure, reports it instead.
@@ -352,7 +359,8 @@ def compile_isolated(request: dict[str, Any], sources: dict[str, bytes], timeout
     started = time.monotonic()
     node = node or socket.gethostname()
     result: dict[str, Any] = {"key": request["key"], "node": node, "pid": os.getpid(), "ok": False, "elf": None,
-                              "sources": {}, "stderr": "", "error": None, "started_unix": time.time()}
+                              "sources": {}, "lookups": [], "generator": {}, "stderr": "", "error": None,
+                              "started_unix": time.time()}
     try:
         result["toolchain"] = worker_toolchain(request.get("linker"))
     except Exception as exc:  # the driver reports a worker without the pinned toolchain by node
@@ -391,6 +399,8 @@ def compile_isolated(request: dict[str, Any], sources: dict[str, bytes], timeout
             told = json.loads(out.with_suffix(".json").read_text())
             result["elf"] = out.read_bytes()
             result["sources"] = {rel: sha256_bytes(sources[rel]) for rel in told["sources"] if rel in sources}
+            result["lookups"] = sorted(told["lookups"])
+            result["generator"] = generator_files(told["farm"])
             result["max_rss_mib"] = round(told["max_rss_kib"] / 1024, 1)
             result["ok"] = True
     finally:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,15 +68,57 @@ def elf_from_compiled(launcher: Any) -> bytes:
     return objects[0]
 
 
+# How the compile's reads and lookups under the kernels root are recorded (farm/sources.py `lookup_state`
+# re-evaluates each lookup against a tree): "import D/N" (the path-based finder looked for module N in
+# directory D), "list D" (code other than the import system listed D), "open P" (P was opened but absent).
+IMPORT, LIST, OPEN = "import", "list", "open"
+
+
+@dataclass(frozen=True)
+class Consulted:
+    """What one compile consulted under the kernels root, as paths relative to it (sorted, deduplicated)."""
+
+    read: list[str]  # files it opened or imported
+    lookups: list[str]  # lookups whose outcome depends on what exists: hits and misses alike
+
+
+class _LookupFinder:
+    """First on sys.meta_path: notes every directory under the kernels root that the path-based finder is
+    about to search for a module, then declines, so the normal finders go on exactly as before."""
+
+    def __init__(self, recorder: SourceRecorder) -> None:
+        self.recorder = recorder
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        tail = fullname.rpartition(".")[2]
+        for entry in list(sys.path if path is None else path):
+            rel = self.recorder.relative(os.path.join(os.getcwd(), entry or "."))
+            if rel is not None:
+                self.recorder.lookups.add(f"{IMPORT} {tail if rel == '.' else rel + '/' + tail}")
+        return None
+
+
 class SourceRecorder:
-    """Records every file under the kernels root that this process opens or imports."""
+    """Records every file under the kernels root that this process opens or imports, every module lookup
+    the import system makes there (found or not), every directory other code lists, and every absent file
+    it tried to open."""
 
     def __init__(self, root: Path) -> None:
-        self.root = str(root.resolve()) + os.sep
+        self.base = str(root.resolve())
+        self.root = self.base + os.sep
         self.opened: set[str] = set()
+        self.lookups: set[str] = set()
         # Modules already loaded (FlyDSL, torch: thousands) cannot be kernel sources; `files` skips them.
         self.preloaded = set(sys.modules)
         sys.addaudithook(self._hook)
+        sys.meta_path.insert(0, _LookupFinder(self))
+
+    def relative(self, path: str) -> str | None:
+        """`path` relative to the kernels root ('.' for the root itself), None when outside it."""
+        full = os.path.normpath(path)
+        if full == self.base:
+            return "."
+        return os.path.relpath(full, self.base) if full.startswith(self.root) else None
 
     def _hook(self, event: str, args: tuple) -> None:
         if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
@@ -83,8 +126,14 @@ class SourceRecorder:
             full = os.path.realpath(path) if not os.path.isabs(path) else os.path.normpath(path)
             if full.startswith(self.root):
                 self.opened.add(full)
+        elif event in ("os.listdir", "os.scandir") and args and isinstance(args[0], (str, bytes, os.PathLike)):
+            # The import system's own directory listings are covered by the "import" lookups.
+            caller = sys._getframe(1).f_code.co_filename
+            rel = self.relative(os.path.realpath(os.fsdecode(args[0])))
+            if rel is not None and not caller.startswith("<frozen importlib"):
+                self.lookups.add(f"{LIST} {rel}")
 
-    def files(self) -> list[str]:
+    def consulted(self) -> Consulted:
         found = set(self.opened)
         for name, module in list(sys.modules.items()):
             if name in self.preloaded:
@@ -92,12 +141,18 @@ class SourceRecorder:
             file = getattr(module, "__file__", None)
             if file and os.path.normpath(file).startswith(self.root):
                 found.add(os.path.normpath(file))
-        rel = {os.path.relpath(f, self.root) for f in found if os.path.isfile(f)}
-        return sorted(r for r in rel if "__pycache__" not in r.split(os.sep))
+        read, absent = set(), set()
+        for full in found:
+            rel = os.path.relpath(full, self.root)
+            if "__pycache__" in rel.split(os.sep):
+                continue
+            (read if os.path.isfile(full) else absent).add(rel)
+        lookups = self.lookups | {f"{OPEN} {rel}" for rel in absent}
+        return Consulted(sorted(read), sorted(lookups))
 
 
-def compile_row(request: dict[str, Any]) -> tuple[bytes, list[str]]:
-    """Compile the row described by `request`; returns (ELF bytes, kernel sources read)."""
+def compile_row(request: dict[str, Any]) -> tuple[bytes, Consulted]:
+    """Compile the row described by `request`; returns (ELF bytes, what it consulted under the kernels root)."""
     kernels_root = Path(request["kernels_root"])
     recorder = SourceRecorder(kernels_root)
     patch_lowering_chipset(request["target"]["name"], request["target"]["mlir_chipset"])
@@ -109,4 +164,4 @@ def compile_row(request: dict[str, Any]) -> tuple[bytes, list[str]]:
     generator = importlib.import_module(request["generator"])
     launcher, args = generator.launcher_and_args(dict(request["knobs"]))
     launcher(*args)
-    return elf_from_compiled(launcher), recorder.files()
+    return elf_from_compiled(launcher), recorder.consulted()

@@ -52,7 +52,8 @@ def _run_child(job: dict) -> int:
     return main([job["request"], job["result"]])
 
 
-def serve() -> None:
+def preload() -> None:
+    """The imports a compile process makes before it compiles (a fresh worker makes them too)."""
     import flydsl.compiler  # noqa: F401  (the expensive imports, done once)
     import flydsl.expr  # noqa: F401
     import torch  # noqa: F401
@@ -61,6 +62,10 @@ def serve() -> None:
 
     for name in LAZY_MODULES:
         importlib.import_module(name)
+
+
+def serve() -> None:
+    preload()
     # Move everything imported so far out of the collector's reach: the children then do not write
     # to (copy-on-write fault) those objects' pages.
     gc.collect()
