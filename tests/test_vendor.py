@@ -102,9 +102,15 @@ def test_add_records_provenance(setup: tuple[Path, Path, str]) -> None:
                           check=True).stdout
     assert lock["files"]["vendor/synth/helpers/consts.py"] == {
         "upstream": "synth", "commit": first, "path": "helpers/consts.py",
-        "sha256": hashlib.sha256(blob).hexdigest(), "modifications": []}
-    assert lock["upstreams"]["synth"] == {"url": URL, "license": "MIT", "license_file": "vendor/synth/LICENSE",
-                                          "license_source": "LICENSE", "license_commit": first}
+        "sha256": hashlib.sha256(blob).hexdigest(), "modifications": [],
+        "license": {"id": "MIT", "declared_by": "SPDX-License-Identifier", "text": "vendor/synth/LICENSE"}}
+    # util.py has no SPDX line: the root LICENSE covers it.
+    assert lock["files"]["vendor/synth/kernels/util.py"]["license"] == {
+        "id": "MIT", "declared_by": "LICENSE", "text": "vendor/synth/LICENSE"}
+    assert lock["upstreams"]["synth"] == {"url": URL}
+    assert lock["license_texts"] == {"vendor/synth/LICENSE": {
+        "upstream": "synth", "commit": first, "path": "LICENSE", "sha256": hashlib.sha256(MIT.encode()).hexdigest(),
+        "license": "MIT"}}
     # Canonical: re-serialising with sorted keys and the farm's indentation gives the same bytes.
     text = (project / "kernels_src" / "VENDOR.lock.json").read_text()
     assert text == json.dumps(lock, sort_keys=True, indent=2) + "\n"
@@ -389,3 +395,142 @@ def test_several_upstreams_and_a_reverted_modification(setup: tuple[Path, Path, 
     gone = "  note: recorded modification no longer present: eight\n"
     assert f"clean                    {CONSTS_REL}\n{gone}" in proc.stdout
     assert "vendor add|diff|note" in run_farm(project, "--help").stdout
+
+
+# ------------------------------------------------------------------------------- per-file licenses
+
+APACHE = ("\n                                 Apache License\n                           Version 2.0, January 2004\n"
+          "                        http://www.apache.org/licenses/\n")
+# No SPDX line: the license file in its own directory (apache/LICENSE) covers it, not the root's MIT.
+APACHE_KERNEL = '"""A kernel helper under the Apache license of its directory."""\n\nBLOCK = 128\n'
+TAGGED_APACHE = "# SPDX-License-Identifier: Apache-2.0\nWAVES = 4\n"
+APACHE_REL = "kernels_src/vendor/synth/apache/block.py"
+
+
+def mixed_upstream(where: Path) -> tuple[Path, str]:
+    """Root LICENSE: MIT; apache/LICENSE: Apache-2.0; helpers/consts.py says MIT in its own SPDX line,
+    lib/waves.py says Apache-2.0 in its own (under the root MIT license)."""
+    repo, _ = make_upstream(where)
+    return repo, commit_files(repo, {"apache/LICENSE": APACHE, "apache/block.py": APACHE_KERNEL,
+                                     "lib/waves.py": TAGGED_APACHE}, "apache parts")
+
+
+def licenses_md_groups(project: Path) -> dict[str, str]:
+    """THIRD_PARTY_LICENSES.md split into its `## <license>` groups."""
+    text = (project / "THIRD_PARTY_LICENSES.md").read_text()
+    parts = text.split("\n## ")[1:]
+    return {part.split("\n", 1)[0]: part for part in parts}
+
+
+def assert_everywhere(project: Path, rel: str, license_id: str) -> None:
+    """The lock, the file's header, its SOURCE.md row and THIRD_PARTY_LICENSES.md agree on one file's license."""
+    lock = json.loads((project / "kernels_src/VENDOR.lock.json").read_text())
+    key = rel.removeprefix("kernels_src/")
+    assert lock["files"][key]["license"]["id"] == license_id
+    assert f"\n# license: {license_id}\n" in (project / rel).read_text()
+    row = next(x for x in (project / "kernels_src/vendor/SOURCE.md").read_text().splitlines()
+               if x.startswith(f"| `{key.removeprefix('vendor/')}` |"))
+    assert f"| {license_id} |" in row
+    groups = licenses_md_groups(project)
+    assert [name for name, body in groups.items() if f"`{rel}`" in body] == [license_id]
+
+
+def test_vendor_add_keeps_each_files_licence(tmp_path: Path) -> None:
+    """Before: the upstream had one license, and the latest add relabelled every earlier file with it."""
+    project = copy_project(tmp_path / "proj")
+    repo, commit = mixed_upstream(tmp_path)
+    proc = add(project, repo, commit, paths="[apache/block.py]")
+    assert proc.returncode == 0, proc.stderr
+    assert "license: Apache-2.0 (text from apache/LICENSE)\n" in proc.stdout
+    assert_everywhere(project, APACHE_REL, "Apache-2.0")
+
+    proc = add(project, repo, commit, paths="[kernels/util.py]")  # covered by the root MIT LICENSE
+    assert proc.returncode == 0, proc.stderr
+    assert "license: MIT (text from LICENSE)\n" in proc.stdout
+    assert_everywhere(project, APACHE_REL, "Apache-2.0")
+    assert_everywhere(project, UTIL_REL, "MIT")
+    groups = licenses_md_groups(project)
+    assert APACHE.strip("\n") in groups["Apache-2.0"] and MIT.rstrip("\n") in groups["MIT"]
+    assert (project / "kernels_src/vendor/synth/apache/LICENSE").read_text() == APACHE
+    proc = vendor(project, "diff", f"from={repo}", "--strict")
+    assert proc.returncode == 0, proc.stdout
+    assert proc.stdout.endswith("2 file(s): 2 clean\n")
+
+
+def test_one_upstream_mixing_licences_in_one_add(tmp_path: Path) -> None:
+    """Before: files with different SPDX lines were refused, and untagged ones got the root license."""
+    project = copy_project(tmp_path / "proj")
+    repo, commit = mixed_upstream(tmp_path)
+    proc = add(project, repo, commit, paths="[helpers/consts.py,apache/block.py,lib/waves.py,kernels/util.py]")
+    assert proc.returncode == 0, proc.stderr
+    assert ("license: Apache-2.0 (text from apache/LICENSE): apache/block.py, lib/waves.py\n"
+            "license: MIT (text from LICENSE): helpers/consts.py, kernels/util.py\n") in proc.stdout
+    lock = json.loads((project / "kernels_src/VENDOR.lock.json").read_text())
+    assert {rel: rec["license"] for rel, rec in lock["files"].items()} == {
+        "vendor/synth/helpers/consts.py": {"id": "MIT", "declared_by": "SPDX-License-Identifier",
+                                           "text": "vendor/synth/LICENSE"},
+        "vendor/synth/kernels/util.py": {"id": "MIT", "declared_by": "LICENSE", "text": "vendor/synth/LICENSE"},
+        "vendor/synth/apache/block.py": {"id": "Apache-2.0", "declared_by": "apache/LICENSE",
+                                         "text": "vendor/synth/apache/LICENSE"},
+        # Its own SPDX line wins over the root MIT license; its text is the Apache one upstream ships.
+        "vendor/synth/lib/waves.py": {"id": "Apache-2.0", "declared_by": "SPDX-License-Identifier",
+                                      "text": "vendor/synth/apache/LICENSE"}}
+    for rel in (CONSTS_REL, UTIL_REL):
+        assert_everywhere(project, rel, "MIT")
+    for rel in (APACHE_REL, "kernels_src/vendor/synth/lib/waves.py"):
+        assert_everywhere(project, rel, "Apache-2.0")
+    groups = licenses_md_groups(project)
+    assert sorted(groups) == ["Apache-2.0", "MIT"]
+    assert APACHE.strip("\n") in groups["Apache-2.0"] and "Permission is hereby granted" not in groups["Apache-2.0"]
+    assert MIT.rstrip("\n") in groups["MIT"] and "Apache License" not in groups["MIT"]
+
+    # A license= that contradicts a file's own SPDX line is refused, and nothing is written.
+    before = (project / "kernels_src/VENDOR.lock.json").read_bytes()
+    proc = add(project, repo, commit, "license=MIT", paths="[lib/waves.py]")
+    assert proc.returncode == 2
+    assert "license=MIT contradicts lib/waves.py at commit" in proc.stderr and "says Apache-2.0" in proc.stderr
+    assert (project / "kernels_src/VENDOR.lock.json").read_bytes() == before
+
+
+def test_vendor_diff_strict_flags_a_licence_change(tmp_path: Path) -> None:
+    """Before: a file labelled MIT in the lock and its header while upstream says Apache-2.0 diffed clean."""
+    project = copy_project(tmp_path / "proj")
+    repo, commit = mixed_upstream(tmp_path)
+    add(project, repo, commit, paths="[apache/block.py,kernels/util.py]").check_returncode()
+
+    # The lock and header as the one-license-per-upstream version left them: block.py relabelled MIT.
+    lock_path = project / "kernels_src/VENDOR.lock.json"
+    clean_lock, clean_file = lock_path.read_text(), (project / APACHE_REL).read_text()
+    lock = json.loads(clean_lock)
+    lock["files"]["vendor/synth/apache/block.py"]["license"]["id"] = "MIT"
+    lock_path.write_text(json.dumps(lock))
+    (project / APACHE_REL).write_text(clean_file.replace("# license: Apache-2.0\n", "# license: MIT\n"))
+    flagged = (f"LICENSE CHANGED          {APACHE_REL}: the lock says MIT; upstream at the pinned commit {commit} "
+               "says Apache-2.0 (its apache/LICENSE)\n")
+    proc = vendor(project, "diff", f"from={repo}")
+    assert proc.returncode == 0, proc.stdout  # reported; only strict fails on it
+    assert flagged in proc.stdout
+    assert proc.stdout.endswith("2 file(s): 2 clean; 1 with a license that disagrees with the lock\n")
+    proc = vendor(project, "diff", f"from={repo}", "strict=true")
+    assert proc.returncode == 1, proc.stdout
+    assert flagged in proc.stdout
+    assert "FAIL: 1 file(s) have a license that upstream or their header states otherwise than the lock" \
+        in proc.stdout
+
+    # Re-adding records upstream's license again; then a header edited by hand is flagged too.
+    add(project, repo, commit, "force=true", paths="[apache/block.py]").check_returncode()
+    assert_everywhere(project, APACHE_REL, "Apache-2.0")
+    assert vendor(project, "diff", f"from={repo}", "--strict").returncode == 0
+    text = (project / APACHE_REL).read_text()
+    (project / APACHE_REL).write_text(text.replace("# license: Apache-2.0\n", "# license: MIT\n"))
+    proc = vendor(project, "diff", f"from={repo}", "--strict")
+    assert proc.returncode == 1
+    assert f"LICENSE CHANGED          {APACHE_REL}: the lock says Apache-2.0; its header says MIT\n" in proc.stdout
+    (project / APACHE_REL).write_text(text)
+
+    # Upstream relicenses util.py after the pin: the moved checkout's license differs from the lock's.
+    later = commit_files(repo, {"kernels/util.py": "# SPDX-License-Identifier: BSD-3-Clause\n" + UTIL}, "relicense")
+    proc = vendor(project, "diff", f"from={repo}", "--strict")
+    assert proc.returncode == 1, proc.stdout
+    assert (f"LICENSE CHANGED          {UTIL_REL}: the lock says MIT; upstream at the checkout's commit {later} "
+            "says BSD-3-Clause (its SPDX-License-Identifier)\n") in proc.stdout

@@ -17,7 +17,7 @@ from ..errors import FarmError
 from . import docs, header, lock
 from .args import as_bool, as_list
 from .gitsrc import Checkout, clean_path
-from .license import detect
+from .license import FileLicense, LicenseText, resolve
 from .project import Project
 
 KEYS = ("from", "commit", "upstream", "paths", "into", "url", "license", "license_file", "force")
@@ -99,6 +99,86 @@ def write_changed(writes: dict[Path, str]) -> None:
             write_text_atomic(path, text)
 
 
+def _refuse_symlinks(kernels_dir: Path, rel: str) -> None:
+    """Never write through a symlink: no component below kernels_src/ of a path written may be one."""
+    path = kernels_dir
+    for part in rel.split("/"):
+        path = path / part
+        if path.is_symlink():
+            raise FarmError(f"{path} is a symlink: farm vendor writes only into real directories and files",
+                            f"replace {path} with a real directory or file (or remove the link)")
+
+
+def _text_copy(data: dict[str, Any], upstream: str, commit: str, text: LicenseText, keep: set[str]) -> str:
+    """Where the copy of an upstream license file goes: vendor/<upstream>/<its upstream path>, unless files
+    not re-added now still use another version of it there (then a name with the commit)."""
+    rel = f"vendor/{upstream}/{text.path}"
+    if not lock.rel_ok(rel):  # the path comes from the upstream's tree: data, checked before any use
+        raise FarmError(f"the license file {text.path!r} of {upstream} is not a plain relative path",
+                        "name a license file with license_file=<path>")
+    old = data["license_texts"].get(rel)
+    used = any(r["license"]["text"] == rel for f, r in data["files"].items() if f not in keep)
+    if old is not None and used and old.get("sha256") != sha256_bytes(text.text.encode("utf-8")):
+        rel = f"{rel}.{commit[:12]}"
+    if rel in data["files"]:
+        raise FarmError(f"the license file {text.path} of {upstream} would overwrite the vendored file "
+                        f"kernels_src/{rel}", "vendor that file with another into=")
+    return rel
+
+
+def _license_record(data: dict[str, Any], upstream: str, commit: str, found: FileLicense, keep: set[str],
+                    texts: dict[str, str]) -> dict[str, Any]:
+    """A file's own license for the lock; its text copy is recorded in `license_texts` and queued in `texts`."""
+    copy = None
+    if found.text is not None:
+        copy = _text_copy(data, upstream, commit, found.text, keep)
+        data["license_texts"][copy] = {"upstream": upstream, "commit": commit, "path": found.text.path,
+                                       "sha256": sha256_bytes(found.text.text.encode("utf-8")),
+                                       "license": found.text.spdx}
+        texts[copy] = found.text.text
+    return {"id": found.spdx, "declared_by": found.declared_by, "text": copy}
+
+
+def _check_copy_targets(project: Project, data: dict[str, Any], texts: dict[str, str], known: set[str]) -> None:
+    """A license copy never replaces a file the lock does not record as one."""
+    for rel in texts:
+        _refuse_symlinks(project.kernels_dir, rel)
+        if rel not in known and (project.kernels_dir / rel).exists():
+            raise FarmError(f"{project.show(rel)} exists and is not a license copy farm vendor made",
+                            "move that file away first")
+
+
+def _unused_texts(data: dict[str, Any]) -> list[str]:
+    """License copies no vendored file refers to any more: dropped from the lock (and from disk)."""
+    used = {rec["license"]["text"] for rec in data["files"].values()}
+    gone = sorted(rel for rel in data["license_texts"] if rel not in used)
+    for rel in gone:
+        del data["license_texts"][rel]
+    return gone
+
+
+def _remove_owned(project: Project, rels: list[str], recorded: dict[str, Any]) -> None:
+    """Delete a dropped license copy only when it is a regular file holding exactly what farm vendor wrote."""
+    for rel in rels:
+        path = project.kernels_dir / rel
+        want = recorded.get(rel, {}).get("sha256")
+        if want and path.is_file() and not path.is_symlink() and sha256_bytes(path.read_bytes()) == want:
+            path.unlink()
+
+
+def _license_lines(items: list[Incoming], licenses: dict[str, FileLicense]) -> list[str]:
+    """One line per license this add found (with the files when they differ)."""
+    groups: dict[tuple[str, str | None], list[str]] = {}
+    for item in items:
+        found = licenses[item.rel]
+        groups.setdefault((found.spdx, found.text.path if found.text else None), []).append(item.path)
+    lines = []
+    for (spdx, source), paths in sorted(groups.items(), key=lambda g: (g[0][0], g[0][1] or "")):
+        line = f"license: {spdx}" + (f" (text from {source})" if source else " (no license file)")
+        lines.append(line + (f": {', '.join(paths)}" if len(groups) > 1 else ""))
+    return lines
+
+
 def add(project: Project, opts: dict[str, str]) -> int:
     upstream = opts["upstream"].strip()
     if not SAFE_NAME.match(upstream):
@@ -109,16 +189,20 @@ def add(project: Project, opts: dict[str, str]) -> int:
     items = _read(checkout, commit, upstream, as_list("paths", opts["paths"]), opts.get("into"))
     data = lock.load(project.kernels_dir)
     dropped = {item.rel for item in items if _check_overwrite(project, data, item, upstream, force)}
-    found = detect(checkout, commit, {i.path: i.text for i in items}, opts.get("license"), opts.get("license_file"))
+    # Each file's own license, told before anything is written (an error leaves everything as it was).
+    licenses = {i.rel: resolve(checkout, commit, i.path, i.text, opts.get("license"), opts.get("license_file"))
+                for i in items}
     url = (opts.get("url") or "").strip() or checkout.origin_url() or str(checkout.path)
 
-    license_rel = f"vendor/{upstream}/LICENSE" if found.text is not None else None
-    data["upstreams"][upstream] = {"url": url, "license": found.spdx, "license_file": license_rel,
-                                   "license_source": found.source, "license_commit": commit}
+    keep = {item.rel for item in items}
+    known_texts = dict(data["license_texts"])
+    data["upstreams"][upstream] = {"url": url}
+    texts: dict[str, str] = {}
     report = []
     for item in items:
         old = data["files"].get(item.rel)
         rec = {"upstream": upstream, "commit": commit, "path": item.path, "sha256": item.sha256,
+               "license": _license_record(data, upstream, commit, licenses[item.rel], keep, texts),
                "modifications": []}
         data["files"][item.rel] = rec
         note = " (local modifications dropped)" if item.rel in dropped else ""
@@ -128,23 +212,27 @@ def add(project: Project, opts: dict[str, str]) -> int:
             report.append(f"updated {project.show(item.rel)}: {old['commit']} -> {commit}{note}")
         else:
             report.append(f"unchanged {project.show(item.rel)} (already at {commit}){note}")
+    gone = _unused_texts(data)
+    _check_copy_targets(project, data, texts, set(known_texts))
 
     # Every new text is made (and every header parsed) before the first write.
-    writes = {project.kernels_dir / item.rel: header.render(upstream, url, data["files"][item.rel], found.spdx)
-              + item.text for item in items}
-    for rel, rec in sorted(data["files"].items()):  # the upstream's other files name its URL and license too
+    writes = {project.kernels_dir / item.rel: header.render(upstream, url, data["files"][item.rel]) + item.text
+              for item in items}
+    for rel, rec in sorted(data["files"].items()):  # the upstream's other files name its URL too (their own license)
         path = project.kernels_dir / rel
         if rec["upstream"] == upstream and path not in writes and path.is_file():
-            writes[path] = header.restamped(path.read_text(encoding="utf-8"), project.show(rel), upstream, url,
-                                            rec, found.spdx)
-    if license_rel is not None and found.text is not None:
-        writes[project.kernels_dir / license_rel] = found.text
+            writes[path] = header.restamped(path.read_text(encoding="utf-8"), project.show(rel), upstream, url, rec)
+    writes.update({project.kernels_dir / rel: text for rel, text in texts.items()})
+    for path in writes:
+        _refuse_symlinks(project.kernels_dir, path.relative_to(project.kernels_dir).as_posix())
     write_changed(writes)
+    _remove_owned(project, [g for g in gone if g not in texts], known_texts)
     lock.save(project.kernels_dir, data)
     changed = docs.write_all(project.root, project.kernels_dir, data)
     for line in report:
         print(line)
-    print(f"license: {found.spdx}" + (f" (text from {found.source})" if found.source else " (no license file)"))
+    for line in _license_lines(items, licenses):
+        print(line)
     for path in changed:
         print(f"wrote {docs.shown(project.root, path)}")
     print(f"recorded in {docs.shown(project.root, lock.lock_path(project.kernels_dir))}")

@@ -3,7 +3,8 @@
 Exit 1 when a vendored file has no upstream counterpart at its pinned commit, or upstream removed it by
 the checkout's commit (or it is gone locally),
 with pinned=true when the checkout is not at the pinned commit, and with strict=true when a
-difference is not covered by a recorded modification; 0 otherwise.
+difference is not covered by a recorded modification, or a file's license differs from the lock's (upstream's
+at the pinned commit or at the checkout's commit, or the file's header); 0 otherwise.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FarmError
-from . import lock
+from . import header, lock
 from .args import as_bool
 from .compare import CLEAN, MISSING, MISSING_LOCAL, RECORDED, UNRECORDED, Comparison, compare
 from .gitsrc import Checkout
+from .license import BY_NAMED_FILE, BY_OPTION, derive
 from .project import Project
 
 KEYS = ("from", "upstream", "pinned", "strict")
@@ -62,6 +64,49 @@ def _moved(project: Project, checkout: Checkout, head: str,
     return lines, removed
 
 
+def upstream_license(checkout: Checkout, commit: str, rec: dict[str, Any]) -> str | None:
+    """Upstream's license for the vendored file at `commit` when it differs from the lock's (None: it agrees,
+    or upstream does not tell one and the lock's came from license=). Re-derived by the rule `add` used."""
+    blob = checkout.blob(commit, rec["path"]) if checkout.has_commit(commit) else None
+    if blob is None:
+        return None
+    by = rec["license"]["declared_by"]
+    named = by[len(BY_NAMED_FILE):] if by.startswith(BY_NAMED_FILE) else None
+    try:
+        found, why = derive(checkout, commit, rec["path"], blob.decode("utf-8", "replace"), named)
+    except FarmError as exc:  # the license file it was declared by is gone there
+        found, why = None, exc.what
+    if found is None:
+        return None if by == BY_OPTION else f"none it can tell ({why})"
+    if found.spdx == lock.license_id(rec):
+        return None
+    return f"{found.spdx} (its {found.declared_by})"
+
+
+def _license_lines(project: Project, checkout: Checkout, head: str, rel: str, rec: dict[str, Any]) -> list[str]:
+    """Where the file's license in the lock, its header and upstream disagree."""
+    show, have = project.show(rel), lock.license_id(rec)
+    lines = []
+    now = upstream_license(checkout, rec["commit"], rec)
+    if now is not None:
+        lines.append(f"LICENSE CHANGED          {show}: the lock says {have}; upstream at the pinned commit "
+                     f"{rec['commit']} says {now}")
+    later = upstream_license(checkout, head, rec) if head != rec["commit"] else None
+    if later is not None and later != now:
+        lines.append(f"LICENSE CHANGED          {show}: the lock says {have}; upstream at the checkout's commit "
+                     f"{head} says {later}")
+    path = project.kernels_dir / rel
+    if path.is_file():
+        try:
+            top = header.split(path.read_text(encoding="utf-8"), show)[0]
+        except (FarmError, UnicodeDecodeError):
+            top = None  # compare() reports an unreadable file or header
+        said = header.license_of(top) if top is not None else None
+        if top is not None and said != have:
+            lines.append(f"LICENSE CHANGED          {show}: the lock says {have}; its header says {said or 'none'}")
+    return lines
+
+
 def _print_file(project: Project, rel: str, rec: dict[str, Any], result: Comparison) -> None:
     print(f"{result.status:24} {project.show(rel)}" + (f": {result.detail}" if result.detail else ""))
     for note in result.notes:
@@ -94,11 +139,17 @@ def diff(project: Project, opts: dict[str, str]) -> int:
         print(line)
 
     counts = {CLEAN: 0, RECORDED: 0, UNRECORDED: 0, MISSING: 0, MISSING_LOCAL: 0}
+    disagree = 0
     for rel, rec in sorted(files.items()):
         result = compare(project, checkout, rel, rec)
         counts[result.status] += 1
         _print_file(project, rel, rec, result)
-    print(f"{len(files)} file(s): " + ", ".join(f"{n} {status}" for status, n in counts.items() if n))
+        lines = _license_lines(project, checkout, head, rel, rec)
+        disagree += bool(lines)
+        for line in lines:
+            print(line)
+    print(f"{len(files)} file(s): " + ", ".join(f"{n} {status}" for status, n in counts.items() if n)
+          + (f"; {disagree} with a license that disagrees with the lock" if disagree else ""))
 
     failures = []
     if counts[MISSING]:
@@ -113,6 +164,9 @@ def diff(project: Project, opts: dict[str, str]) -> int:
     if strict and counts[UNRECORDED]:
         failures.append(f"{counts[UNRECORDED]} file(s) have changes no recorded modification covers (strict=true); "
                         "record intended ones with `farm vendor note path=<file> why=... from=<checkout>`")
+    if strict and disagree:
+        failures.append(f"{disagree} file(s) have a license that upstream or their header states otherwise than the "
+                        "lock (strict=true); re-add them with `farm vendor add` to record upstream's license")
     for failure in failures:
         print(f"FAIL: {failure}")
     return 1 if failures else 0

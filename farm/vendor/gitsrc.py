@@ -12,7 +12,7 @@ import stat
 from pathlib import Path, PurePosixPath
 
 from dulwich.errors import NotGitRepository, NotTreeError
-from dulwich.object_store import tree_lookup_path
+from dulwich.object_store import iter_tree_contents, tree_lookup_path
 from dulwich.objects import Blob, Commit, Tree
 from dulwich.objectspec import parse_commit
 from dulwich.repo import Repo
@@ -77,9 +77,31 @@ class Checkout:
 
     def root_files(self, sha: str) -> list[str]:
         """Names of the files at the top of the tree at commit `sha`."""
-        tree = self.repo[self._tree(sha)]
+        return self.files_in(sha, "")
+
+    def files_in(self, sha: str, directory: str) -> list[str]:
+        """Names of the regular files directly in `directory` ("" for the root) at commit `sha`;
+        empty when there is no such directory."""
+        tree_id = self._tree(sha)
+        try:
+            if directory:
+                mode, tree_id = tree_lookup_path(self.repo.__getitem__, tree_id, directory.encode("utf-8"))
+                if not stat.S_ISDIR(mode):
+                    return []
+            tree = self.repo[tree_id]
+        except (KeyError, NotADirectoryError, NotTreeError):
+            return []
         assert isinstance(tree, Tree)
-        return sorted(e.path.decode("utf-8", "replace") for e in tree.iteritems() if not (e.mode & 0o040000))
+        return sorted(e.path.decode("utf-8", "replace") for e in tree.iteritems() if stat.S_ISREG(e.mode))
+
+    def files_named(self, sha: str, name: re.Pattern[str]) -> list[str]:
+        """Paths of every regular file at commit `sha` whose own name matches `name`, shallowest first."""
+        found = []
+        for entry in iter_tree_contents(self.repo.object_store, self._tree(sha)):
+            path = entry.path.decode("utf-8", "replace")
+            if stat.S_ISREG(entry.mode) and name.match(PurePosixPath(path).name):
+                found.append(path)
+        return sorted(found, key=lambda p: (p.count("/"), p))
 
     def origin_url(self) -> str | None:
         try:

@@ -15,7 +15,8 @@ BEGIN = "# --- vendored by `farm vendor`: provenance of this file (rewritten by 
 END = "# --- end of vendored header ---"
 
 
-def render(upstream: str, url: str, rec: dict[str, Any], license_id: str) -> str:
+def render(upstream: str, url: str, rec: dict[str, Any]) -> str:
+    """The header of one vendored file, from its own lock record (its own license included)."""
     reasons = [m["why"] for m in rec.get("modifications", [])]
     lines = [
         BEGIN,
@@ -23,7 +24,7 @@ def render(upstream: str, url: str, rec: dict[str, Any], license_id: str) -> str
         f"# repository: {url}",
         f"# commit: {rec['commit']}",
         f"# path: {rec['path']}",
-        f"# license: {license_id}",
+        f"# license: {rec['license']['id']}",
         "# Local modifications:",
         *([f"# - {why}" for why in reasons] or ["# - none"]),
         END,
@@ -44,11 +45,17 @@ def split(text: str, where: str) -> tuple[str, str]:
     return text[:cut], text[cut:]
 
 
+def license_of(top: str) -> str | None:
+    """The license a rendered header names (None: no license line)."""
+    prefix = "# license: "
+    return next((line[len(prefix):] for line in top.splitlines() if line.startswith(prefix)), None)
+
+
 def body(text: str, where: str) -> str:
     return split(text, where)[1]
 
 
 
-def restamped(text: str, where: str, upstream: str, url: str, rec: dict[str, Any], license_id: str) -> str:
+def restamped(text: str, where: str, upstream: str, url: str, rec: dict[str, Any]) -> str:
     """A vendored file's text with its header rendered anew from its record, the body kept."""
-    return render(upstream, url, rec, license_id) + body(text, where)
+    return render(upstream, url, rec) + body(text, where)

@@ -43,7 +43,7 @@ def note(project: Project, opts: dict[str, str]) -> int:
     up = data["upstreams"][rec["upstream"]]
     path = project.kernels_dir / rel
     write_changed({path: header.restamped(path.read_text(encoding="utf-8"), project.show(rel), rec["upstream"],
-                                          up["url"], rec, up["license"])})
+                                          up["url"], rec)})
     lock.save(project.kernels_dir, data)
     docs.write_all(project.root, project.kernels_dir, data)
     print(f"recorded {len(changes)} change(s) in {project.show(rel)} as a local modification: {why}")
