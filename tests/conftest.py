@@ -10,6 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
+
+from farm.toolchain import pin_text
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -72,9 +75,9 @@ def write_lld19_toolchain(project: Path, name: str) -> None:
     """conf/toolchain/<name>.yaml pinning Debian's LLD 19: a second, real toolchain for the tests."""
     assert os.access(LLD19, os.X_OK), f"{LLD19} missing: run scripts/setup.sh --tests (apt lld-19)"
     digest = hashlib.sha256(LLD19.read_bytes()).hexdigest()
-    (project / "conf" / "toolchain" / f"{name}.yaml").write_text(
-        f"flydsl: 0.3.4\npython: '3.11'\nlinker:\n  path: {LLD19}\n  version: Debian LLD 19.1.7\n  sha256: {digest}\n"
-        + PINNED_DISASSEMBLER)
+    pin = yaml.safe_load((REPO / "conf/toolchain/pinned.yaml").read_text())  # the same Python toolchain
+    pin["linker"] = {"path": str(LLD19), "version": "Debian LLD 19.1.7", "sha256": digest}
+    (project / "conf" / "toolchain" / f"{name}.yaml").write_text(pin_text(pin))
 
 
 
