@@ -1,0 +1,158 @@
+"""Complete input identity of a row, on real compiles of one row: every lookup the compile made under
+kernels_src/ (hits and misses), the farm code it ran (recorded, not listed), and the verification code
+(a change there re-verifies without compiling). Each project here carries its own copy of the farm
+package, so editing farm code never touches the checkout others work in."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import REPO, last_line, run_farm, small_copy
+
+ROW = "rmsnorm_bf16_train_n2560"
+SELECT = ("targets=[gfx942]", f"names=[{ROW}]")
+OBJECT = Path("outputs/rmsnorm/gfx942") / f"{ROW}.hsaco"
+MANIFEST = Path("outputs/rmsnorm/gfx942/manifest.json")
+
+
+def farm(project: Path, *args: str) -> subprocess.CompletedProcess:
+    # The project's own farm package (its directory comes first on every process's path, Ray workers too).
+    return run_farm(project, *args, *SELECT, env={"PYTHONPATH": str(project)})
+
+
+def built_copy(dest: Path) -> Path:
+    """A small project with its own farm package, the one row built."""
+    project = small_copy(dest)
+    shutil.copytree(REPO / "farm", project / "farm", ignore=shutil.ignore_patterns("__pycache__"))
+    run_farm(project, "expand", env={"PYTHONPATH": str(project)}, check=True)
+    proc = farm(project, "build", "executor.standing=false")
+    assert proc.returncode == 0, proc.stderr
+    assert last_line(farm(project, "plan").stdout) == "rows=1 up_to_date=1 to_build=0"
+    return project
+
+
+def entry(project: Path) -> dict:
+    return json.loads((project / MANIFEST).read_text())["objects"][0]
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return built_copy(tmp_path_factory.mktemp("inputs"))
+
+
+def plan_line(project: Path) -> str:
+    lines = [line for line in farm(project, "plan").stdout.splitlines() if ROW in line]
+    assert len(lines) == 1
+    return lines[0]
+
+
+def test_lookups_recorded_compactly(project: Path) -> None:
+    """The record: relative paths only, sorted, hits (the family's namespace directory, the modules) as found."""
+    lookups = entry(project)["inputs"]["lookups"]
+    assert lookups["import rmsnorm"] == ["rmsnorm/"]
+    assert lookups["import rmsnorm/rmsnorm_fwd"] == ["rmsnorm/rmsnorm_fwd.py"]
+    assert list(lookups) == sorted(lookups) and not any("/tmp" in key for key in lookups)
+
+
+def test_new_init_py_invalidates_rows_and_names_it(project: Path) -> None:
+    init = project / "kernels_src" / "rmsnorm" / "__init__.py"
+    init.write_text("import os\nos.environ['RMSNORM_BLOCK'] = '64'  # changes what the generator does\n")
+    try:
+        line = plan_line(project)
+        assert line.split()[0] == "inputs-changed"
+        assert "kernels_src/rmsnorm/__init__.py created ('import rmsnorm')" in line
+        check = farm(project, "check")
+        assert check.returncode == 1
+        assert f"{ROW}.hsaco: input drift: kernels_src/rmsnorm/__init__.py created" in check.stdout
+    finally:
+        init.unlink()
+    assert last_line(farm(project, "plan").stdout) == "rows=1 up_to_date=1 to_build=0"
+
+
+def test_shadowing_package_invalidates_rows(project: Path) -> None:
+    """A package directory next to the generator's module wins over it: both new paths are named."""
+    package = project / "kernels_src" / "rmsnorm" / "rmsnorm_fwd"
+    package.mkdir()
+    (package / "__init__.py").write_text("def launcher_and_args(knobs):\n    raise SystemExit('shadowed')\n")
+    try:
+        line = plan_line(project)
+        assert line.split()[0] == "inputs-changed"
+        assert ("kernels_src/rmsnorm/rmsnorm_fwd/ created, kernels_src/rmsnorm/rmsnorm_fwd/__init__.py created "
+                "('import rmsnorm/rmsnorm_fwd')") in line
+        assert farm(project, "check").returncode == 1
+    finally:
+        shutil.rmtree(package)
+    # Files no lookup of this row consulted are not its inputs: another family's new module rebuilds nothing here.
+    other = project / "kernels_src" / "sdpa_cdna" / "helpers.py"
+    other.write_text("X = 1\n")
+    try:
+        assert last_line(farm(project, "plan").stdout) == "rows=1 up_to_date=1 to_build=0"
+    finally:
+        other.unlink()
+
+
+def test_new_farm_worker_module_is_an_input(tmp_path: Path) -> None:
+    """A farm module the compile process newly loads is recorded; editing it alone then invalidates the row."""
+    project = built_copy(tmp_path)
+    before = entry(project)["inputs"]["generator"]
+    assert "compile/lowering.py" in before and "compile/zygote.py" in before  # loaded before the fork too
+    (project / "farm" / "compile" / "extra_step.py").write_text('"""A new step of the compile."""\nSTEP = 1\n')
+    lowering = project / "farm" / "compile" / "lowering.py"
+    lowering.write_text(lowering.read_text() + "\nfrom . import extra_step  # noqa: E402, F401\n")
+    assert "farm generator code farm/compile/lowering.py changed" in plan_line(project)
+    proc = farm(project, "build", "executor.standing=false")
+    assert proc.returncode == 0, proc.stderr
+    assert "compile/extra_step.py" in entry(project)["inputs"]["generator"]
+    (project / "farm" / "compile" / "extra_step.py").write_text('"""A new step of the compile."""\nSTEP = 2\n')
+    line = plan_line(project)
+    assert line.split()[0] == "inputs-changed"
+    assert "farm generator code farm/compile/extra_step.py changed" in line
+
+
+def test_verifier_change_reverifies_without_recompiling(tmp_path: Path) -> None:
+    project = built_copy(tmp_path)
+    old = entry(project)
+    assert {"verify.py", "elfinfo.py", "disasm.py", "build.py"} <= set(old["inputs"]["verifier"])
+    assert "verify.py" not in old["inputs"]["generator"]
+    stat = (project / OBJECT).stat()
+    verify = project / "farm" / "verify.py"
+    verify.write_text(verify.read_text() + '\n"""A docstring-only edit still counts (files are compared by hash)."""\n')
+    line = plan_line(project)
+    assert line.split()[0] == "reverify"
+    assert "farm verification code farm/verify.py changed: re-verifying without compiling" in line
+    check = farm(project, "check")
+    assert check.returncode == 1
+    assert "input drift: farm verification code farm/verify.py changed since it was built" in check.stdout
+    proc = farm(project, "build", "executor.standing=false")
+    assert proc.returncode == 0, proc.stderr
+    assert "built 0, reverified 1, failed 0" in proc.stderr
+    report = json.loads((project / ".farm" / "reports" / "latest-build.json").read_text())
+    assert report["built"] == 0 and report["reverified"] == 1
+    assert [r["reverified"] for r in report["rows"]] == [True]
+    # The object was not rewritten; its entry was, with the new verification code.
+    now = (project / OBJECT).stat()
+    assert (now.st_ino, now.st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns)
+    new = entry(project)
+    assert new["sha256"] == old["sha256"] and new["inputs"]["generator"] == old["inputs"]["generator"]
+    assert new["inputs"]["verifier"]["verify.py"] != old["inputs"]["verifier"]["verify.py"]
+    assert last_line(farm(project, "plan").stdout) == "rows=1 up_to_date=1 to_build=0"
+    assert farm(project, "check").returncode == 0
+
+
+def test_failed_reverification_fails_the_row(tmp_path: Path) -> None:
+    """New rules that refuse the object: the row fails, and its old entry stays (still not up to date)."""
+    project = built_copy(tmp_path)
+    verify = project / "farm" / "verify.py"
+    text = verify.read_text()
+    marker = "def problems("
+    assert marker in text
+    verify.write_text(text.replace(marker, "def _problems_before(", 1)
+                      + "\n\ndef problems(*args, **kwargs):\n    return ['a new rule refuses every object']\n")
+    proc = farm(project, "build", "executor.standing=false")
+    assert proc.returncode == 1
+    assert "re-verification failed: verification failed: a new rule refuses every object" in proc.stderr
+    assert plan_line(project).split()[0] == "reverify"
