@@ -26,6 +26,7 @@ from .canonical import sha256_file
 from .config import FarmConfig
 from .errors import FarmError
 from .lock import command_line, lock_wait, tree_lock
+from .outtree import OutputDir
 from .rows import Row
 
 if TYPE_CHECKING:
@@ -264,12 +265,55 @@ def _pointer_fields(path: Path) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------ the checks
 
-def _rows_to_check(cfg: FarmConfig) -> tuple[list[Row], list[Row], list[str]]:
-    """(rows to check, every row of every op, entries of outputs/ no row accounts for).
+@dataclass(frozen=True)
+class Directory:
+    """One outputs/<op>/<target>/ the table builds: its rows, and which of them have no object on disk."""
 
-    The rows are the selection, exactly as `farm check` loads it, plus the rows of every other
-    <op>/<target> directory present: DVC publishes the whole tree, so nothing in it goes unchecked.
-    """
+    op: str
+    target: str
+    rows: tuple[Row, ...]  # every row of instances/ that builds into it
+    missing: tuple[Row, ...]  # rows whose object is not on disk (all of them when the directory is absent)
+    absent: bool  # no such directory, or an empty one: nothing of it would be published
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.op, self.target
+
+    @property
+    def present(self) -> list[Row]:
+        gone = {r.key for r in self.missing}
+        return [r for r in self.rows if r.key not in gone]
+
+    @property
+    def incomplete(self) -> bool:
+        """Some objects are here and some rows have none: a partial build (or objects deleted)."""
+        return not self.absent and bool(self.missing)
+
+
+@dataclass(frozen=True)
+class Survey:
+    """What push, pull and status look at: the selection's directories plus every one present
+    (DVC publishes the whole tree, so nothing in it goes unchecked)."""
+
+    dirs: dict[tuple[str, str], Directory]
+    every: list[Row]  # every row of every op's table
+    strays: list[str]  # entries of outputs/ no row accounts for
+
+    @property
+    def checked(self) -> list[Row]:
+        """The rows whose objects are here: these the drift guard checks (a missing row is not drift)."""
+        return [r for d in self.dirs.values() for r in d.present]
+
+    @property
+    def absent(self) -> list[Directory]:
+        return [d for d in self.dirs.values() if d.absent]
+
+    @property
+    def incomplete(self) -> list[Directory]:
+        return [d for d in self.dirs.values() if d.incomplete]
+
+
+def _survey(cfg: FarmConfig) -> Survey:
     from .expand import fresh_rows
     from .rows import load_table, table_path
 
@@ -277,11 +321,26 @@ def _rows_to_check(cfg: FarmConfig) -> tuple[list[Row], list[Row], list[str]]:
     others = [op for op in sorted(cfg.ops)
               if op not in cfg.selected_ops and table_path(cfg.instances_dir, op).is_file()]
     every = every + [r for op in others for r in load_table(cfg, op)]
-    dirs = {(r.op, r.target) for r in every}
-    present, strays = _present(cfg.outputs_dir, dirs)
-    keys = {r.key for r in selected}
-    rows = selected + [r for r in every if (r.op, r.target) in present and r.key not in keys]
-    return rows, every, strays
+    by_dir: dict[tuple[str, str], list[Row]] = {}
+    for row in every:
+        by_dir.setdefault((row.op, row.target), []).append(row)
+    present, strays = _present(cfg.outputs_dir, set(by_dir))
+    wanted = {(r.op, r.target) for r in selected} | present
+    dirs = {key: _directory(cfg, key, tuple(by_dir[key])) for key in sorted(wanted)}
+    return Survey(dirs=dirs, every=every, strays=strays)
+
+
+def _directory(cfg: FarmConfig, key: tuple[str, str], rows: tuple[Row, ...]) -> Directory:
+    op, target = key
+    try:
+        with OutputDir(cfg.outputs_dir, op, target) as out:
+            if not out.exists or not out.names():
+                return Directory(op, target, rows, rows, absent=True)
+            # Row file names were validated when the table was loaded; kind() never follows a symlink.
+            missing = tuple(r for r in rows if out.kind(r.file_name) is None)
+    except FarmError:  # a symlinked directory: present, so the drift guard names it
+        missing = ()
+    return Directory(op, target, rows, missing, absent=False)
 
 
 def _present(out: Path, known: set[tuple[str, str]]) -> tuple[set[tuple[str, str]], list[str]]:
@@ -302,11 +361,11 @@ def _present(out: Path, known: set[tuple[str, str]]) -> tuple[set[tuple[str, str
     return present, strays
 
 
-def _drift(cfg: FarmConfig) -> tuple[list[Row], list[str]]:
+def _drift(cfg: FarmConfig, survey: Survey) -> list[str]:
+    """The drift guard on every object that is here; rows without one are reported as not built instead."""
     from .check import check
 
-    rows, every, strays = _rows_to_check(cfg)
-    return rows, strays + check(cfg, rows, every)
+    return survey.strays + check(cfg, survey.checked, survey.every)
 
 
 # ----------------------------------------------------------------------------------- command lines
@@ -337,12 +396,16 @@ def _remote_args(cfg: FarmConfig) -> list[str]:
     return args
 
 
+def _outputs_args(cfg: FarmConfig) -> list[str]:
+    """outputs_dir= as given (for printed fix commands)."""
+    if cfg.outputs_dir.resolve() != (cfg.root / "outputs").resolve():
+        return [f"outputs_dir={cfg.outputs_dir.resolve().relative_to(cfg.root.resolve()).as_posix()}"]
+    return []
+
+
 def _extra_args(cfg: FarmConfig) -> list[str]:
     """dtypes= and outputs_dir= as given (for printed fix commands)."""
-    args = [f"dtypes=[{','.join(cfg.selected_dtypes)}]"] if cfg.selected_dtypes else []
-    if cfg.outputs_dir.resolve() != (cfg.root / "outputs").resolve():
-        args.append(f"outputs_dir={cfg.outputs_dir.resolve().relative_to(cfg.root.resolve()).as_posix()}")
-    return args
+    return ([f"dtypes=[{','.join(cfg.selected_dtypes)}]"] if cfg.selected_dtypes else []) + _outputs_args(cfg)
 
 
 def _selection_args(cfg: FarmConfig) -> list[str]:
@@ -357,6 +420,16 @@ def _selection_args(cfg: FarmConfig) -> list[str]:
 
 def _command(verb: str, *args: str) -> str:
     return "`" + " ".join(["farm", verb, *args]) + "`"
+
+
+def _build_command(cfg: FarmConfig, d: Directory) -> str:
+    """Builds every row of the directory (no dtypes=: its missing rows may be of any dtype)."""
+    return _command("build", f"ops=[{d.op}]", f"targets=[{d.target}]", *_outputs_args(cfg))
+
+
+def _not_built(cfg: FarmConfig, rel: str, d: Directory) -> str:
+    return (f"NOT BUILT {rel}/{d.op}/{d.target}/: {len(d.missing)} of {len(d.rows)} rows have no object here; "
+            f"build them: {_build_command(cfg, d)}")
 
 
 # ---------------------------------------------------------------------------------------------- push
@@ -376,6 +449,7 @@ def _snapshot(out: Path) -> dict[str, str]:
 def push(cfg: FarmConfig, flags: set[str]) -> int:
     """Under the output tree's lock: check, then `dvc add` outputs/ (rewriting outputs.dvc) and `dvc push`
     it, refusing if the tree DVC recorded is not the one that was checked; print what changed."""
+    _paths(cfg)  # a tree outside the project can never be published: say that first
     if not cfg.outputs_dir.is_dir():
         raise FarmError(f"{cfg.outputs_dir} does not exist: nothing to publish", "run `farm build` first")
     with tree_lock(cfg.outputs_dir, command_line(), wait_s=lock_wait(cfg)):
@@ -387,11 +461,8 @@ def _push_locked(cfg: FarmConfig) -> int:
     remote = remote_of(cfg)
     pointer = cfg.root / pointer_rel
     checked = _snapshot(cfg.outputs_dir)
-    rows, found = _drift(cfg)
-    if found:
-        for line in found:
-            print(f"DRIFT {line}")
-        print(f"refusing to publish: {len(found)} problem(s) in {rel}/ (fix them: `farm build`, then `farm push`)")
+    survey = _survey(cfg)
+    if _refuse_unpublishable(cfg, rel, survey):
         return 1
     if remote.kind == "s3" and not _has_credentials():
         raise FarmError("no AWS credentials in the environment: pushing to S3 needs them",
@@ -399,6 +470,7 @@ def _push_locked(cfg: FarmConfig) -> int:
     old = _pointer_fields(pointer) if pointer.is_file() else None
     from dvc.exceptions import DvcException
 
+    report = sys.stdout  # inside _repo stdout is DVC's (sent to stderr); the farm's own lines go here
     with _repo(cfg, remote, anonymous=False) as repo:
         before = None
         if old is not None:
@@ -406,6 +478,8 @@ def _push_locked(cfg: FarmConfig) -> int:
                 before = _granular(repo, rel)
             except _remote_errors() as exc:  # the old listing is neither cached nor on the remote
                 _say_error("push", "could not list the previous outputs.dvc", exc)
+        for line in _absent_warnings(cfg, rel, survey, old is not None, before):
+            print(line, file=report)
         old_text = pointer.read_bytes() if pointer.is_file() else None
         try:
             repo.add(rel)
@@ -430,11 +504,55 @@ def _push_locked(cfg: FarmConfig) -> int:
             return 1
     new = _pointer_fields(pointer)
     _print_changes(cfg.outputs_dir, rel, old, before, new)
-    print(f"checked {len(rows)} objects; pushed {sent} new blob(s) to {remote.describe()}")
+    print(f"checked {len(survey.checked)} objects; pushed {sent} new blob(s) to {remote.describe()}")
     print(f"published {pointer_rel}: md5 {new['md5']} ({new['nfiles']} files, {new['size']} bytes)"
           + ("" if old is None or old["md5"] != new["md5"] else " (unchanged)")
           + f"; commit {pointer_rel}")
     return 0
+
+
+def _refuse_unpublishable(cfg: FarmConfig, rel: str, survey: Survey) -> bool:
+    """Print why the tree cannot be published, if it cannot: directories with rows missing, or drift.
+
+    DVC tracks outputs/ as one directory (one listing, one hash in outputs.dvc); its only way to leave a
+    directory out of that listing is .dvcignore, a committed file that would also hide the directory from
+    every later `dvc status`, checkout and pull. So an incomplete directory is not skipped: the push refuses
+    as a whole and names every such directory with its build command."""
+    incomplete = survey.incomplete
+    for d in incomplete:
+        print(_not_built(cfg, rel, d))
+    found = _drift(cfg, survey)
+    for line in found:
+        print(f"DRIFT {line}")
+    if not incomplete and not found:
+        return False
+    why = []
+    if incomplete:
+        names = ", ".join(f"{d.op}/{d.target} ({len(d.missing)} of {len(d.rows)} rows)" for d in incomplete)
+        why.append(f"{len(incomplete)} directories not built completely: {names}")
+    if found:
+        why.append(f"{len(found)} problem(s) in {rel}/")
+    fix = "build them (the commands above), then `farm push`" if incomplete else "`farm build`, then `farm push`"
+    print(f"refusing to publish: {'; '.join(why)} (DVC publishes {rel}/ as one tree; fix: {fix})")
+    return True
+
+
+def _absent_warnings(cfg: FarmConfig, rel: str, survey: Survey, had_pointer: bool,
+                     before: Granular | None) -> list[str]:
+    """A selected directory that is not here is not published: a warning naming how to get it, not a refusal."""
+    lines = []
+    for d in survey.absent:
+        build = _build_command(cfg, d)
+        published = before is not None and any(_dir_of(p) == d.key for p in before.in_pointer)
+        if published:
+            how = (f"it is in the previous {rel}.dvc, and this push drops it; to keep it: "
+                   f"{_command('pull', *_remote_args(cfg))}, then `farm push`")
+        elif had_pointer and before is None:
+            how = f"build it: {build} (or, if it was published before, `farm pull` it)"
+        else:
+            how = f"build it: {build}"
+        lines.append(f"WARNING {rel}/{d.op}/{d.target}/ is absent ({len(d.rows)} rows): not published; {how}")
+    return lines
 
 
 def _restore_pointer(pointer: Path, old_text: bytes | None) -> None:
@@ -511,11 +629,19 @@ def _pull_locked(cfg: FarmConfig, flags: set[str]) -> int:
     counts = stats.get("stats") or {}
     applied = " ".join(f"{k}={counts[k]}" for k in ("added", "modified", "deleted") if k in counts)
     print(f"pulled {pointer_rel} (md5 {fields['md5']}, {fields['nfiles']} files) from {remote.describe()}: {applied}")
-    rows, found = _drift(cfg)
+    survey = _survey(cfg)
+    for d in survey.absent:  # not part of the publication: the table has it, nobody published it
+        print(f"WARNING {rel}/{d.op}/{d.target}/ is not in {pointer_rel} ({len(d.rows)} rows): "
+              f"build it: {_build_command(cfg, d)}")
+    for d in survey.incomplete:
+        print(_not_built(cfg, rel, d))
+    found = _drift(cfg, survey)
     for line in found:
         print(f"DRIFT {line}")
-    print(f"checked {len(rows)} objects: " + ("no drift" if not found else f"{len(found)} problem(s)"))
-    return 1 if found else 0
+    tail = f"; {len(survey.incomplete)} directories not built completely" if survey.incomplete else ""
+    print(f"checked {len(survey.checked)} objects: "
+          + ("no drift" if not found else f"{len(found)} problem(s)") + tail)
+    return 1 if found or survey.incomplete else 0
 
 
 def _remote_blob(repo: Repo, rel: str, path: str) -> str | None:
@@ -540,24 +666,38 @@ def _in_dir(files: set[str], where: tuple[str, str]) -> set[str]:
     return {p for p in files if _dir_of(p) == where}
 
 
+@dataclass(frozen=True)
+class StatusContext:
+    """What every directory's verdict in `farm status` needs: the tree against its pointer, and the commands."""
+
+    cfg: FarmConfig
+    rel: str
+    pointer_rel: str
+    g: Granular
+    every: list[Row]
+    push_cmd: str
+    pull_cmd: str
+    again: list[str]
+
+
+def _local_listing(out: Path, rel: str) -> Granular:
+    """Before the first push every file here is one the pointer does not have yet: all of them are added."""
+    files = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()} if out.is_dir() else set()
+    return Granular(unchanged=set(), added=files, modified=set(), deleted=set(), not_in_cache=set())
+
+
 def status(cfg: FarmConfig, flags: set[str]) -> int:
     """Per <op>/<target>/ directory: outputs/ versus outputs.dvc and the instance table, and the fix."""
-    from .check import check
-
     rel, pointer_rel = _paths(cfg)
     remote = remote_of(cfg)
     pointer = cfg.root / pointer_rel
-    rows, every, strays = _rows_to_check(cfg)
+    survey = _survey(cfg)
     again = [*_selection_args(cfg), *_remote_args(cfg)]
     push_cmd, pull_cmd = _command("push", *again), _command("pull", *again)
-    problems = 0
-    for line in strays:
-        problems += 1
+    for line in survey.strays:
         print(f"STRAY {line}: remove it, then {push_cmd}")
 
-    g = Granular(set(), set(), set(), set(), set())
     if pointer.is_file():
-
         try:
             with _repo(cfg, remote, anonymous=_anonymous(remote)) as repo:
                 g = _granular(repo, rel)
@@ -570,53 +710,79 @@ def status(cfg: FarmConfig, flags: set[str]) -> int:
                   f"nor readable from {remote.describe()}, so {rel}/ cannot be compared with it; fix: {pull_cmd}")
             return 1
     else:
-        problems += 1
+        g = _local_listing(cfg.outputs_dir, rel)
         print(f"NOT PUBLISHED: {pointer_rel} does not exist; once `farm check` is clean: {push_cmd}")
 
-    known = {(r.op, r.target) for r in every}
-    dirs = {(r.op, r.target) for r in rows} | {d for d in map(_dir_of, g.in_pointer | g.added) if d is not None}
-    by_dir: dict[tuple[str, str], list[Row]] = {}
-    for row in every:  # every row of each directory looked at, published ones outside the selection too
-        if (row.op, row.target) in dirs:
-            by_dir.setdefault((row.op, row.target), []).append(row)
-    for op, target in sorted(dirs):
-        where = f"{rel}/{op}/{target}"
-        local = cfg.outputs_dir / op / target
-        on_disk = sum(1 for p in local.iterdir() if p.is_file()) if local.is_dir() else 0
-        in_ptr = _in_dir(g.in_pointer, (op, target))
-        deleted, added, modified = (_in_dir(x, (op, target)) for x in (g.deleted, g.added, g.modified))
-        counts = f"{on_disk} files here, {len(in_ptr)} in {pointer_rel}"
-        build = _command("build", f"ops=[{op}]", f"targets=[{target}]", *_extra_args(cfg))
-        if (op, target) not in known:
-            problems += 1
-            print(f"STALE {where}/: no row of instances/ builds this directory ({counts}); "
-                  f"remove it, then {push_cmd}")
-            continue
-        if not in_ptr and on_disk == 0:
-            problems += 1
-            print(f"NOT BUILT {where}/: {len(by_dir[(op, target)])} rows of instances/ have objects neither "
-                  f"here nor in {pointer_rel}; fix: {build}, then {push_cmd}")
-            continue
-        drift = check(cfg, by_dir[(op, target)], every)
-        if deleted and drift:  # published files are absent and what is here does not check: fetch them
-            problems += 1
-            state = "MISSING" if on_disk == 0 else "INCOMPLETE"
-            print(f"{state} {where}/: {len(deleted)} of {len(in_ptr)} published files are absent ({counts}); "
-                  f"fix: {pull_cmd}")
-        elif drift:
-            problems += 1
-            for line in drift:
-                print(f"  DRIFT {line}")
-            restore = f" (or restore the published copy: {_command('pull', '--force', *again)})" \
-                if in_ptr and (added or modified) else ""
-            print(f"DRIFT {where}/: {len(drift)} problem(s) against instances/ ({counts}); fix: {build}{restore}")
-        elif added or modified or deleted or not in_ptr:
-            # A clean tree that differs from the pointer is a newer build (rows added, changed or dropped).
-            problems += 1
-            print(f"UNPUBLISHED {where}/: checks clean but differs from {pointer_rel} ({len(added)} added, "
-                  f"{len(modified)} changed, {len(deleted)} removed; {counts}); fix: {push_cmd}")
-        elif "--verbose" in flags or "-v" in flags:
-            print(f"ok {where}/: {counts}")
-    print(f"status: {len(dirs)} directories, " + (f"everything matches {pointer_rel} and instances/"
-                                                    if not problems else f"{problems} need action"))
-    return 1 if problems else 0
+    ctx = StatusContext(cfg, rel, pointer_rel, g, survey.every, push_cmd, pull_cmd, again)
+    dirs = set(survey.dirs) | {d for d in map(_dir_of, g.in_pointer | g.added) if d is not None}
+    verbose = "--verbose" in flags or "-v" in flags
+    need = 0
+    for key in sorted(dirs):
+        lines = _dir_verdict(ctx, key, _lookup(cfg, survey, key))
+        need += bool(lines)
+        for line in lines or ([f"ok {rel}/{key[0]}/{key[1]}/: {_counts(ctx, key)}"] if verbose else []):
+            print(line)
+    return _status_summary(len(dirs), need, len(survey.strays), pointer.is_file(), pointer_rel)
+
+
+def _lookup(cfg: FarmConfig, survey: Survey, key: tuple[str, str]) -> Directory | None:
+    """The directory as surveyed; one only the pointer has (outside the selection) is looked at too;
+    None when no row of instances/ builds it."""
+    if key in survey.dirs:
+        return survey.dirs[key]
+    rows = tuple(r for r in survey.every if (r.op, r.target) == key)
+    return _directory(cfg, key, rows) if rows else None
+
+
+def _status_summary(n: int, need: int, strays: int, published: bool, pointer_rel: str) -> int:
+    """The last line: its counts are those of the lines above (ok + need action = directories)."""
+    if not need and not strays and published:
+        print(f"status: {n} directories, everything matches {pointer_rel} and instances/")
+        return 0
+    extra = ([f"{strays} stray entries"] if strays else []) + ([f"{pointer_rel} not published yet"]
+                                                               if not published else [])
+    print(f"status: {n} directories: {n - need} ok, {need} need action" + "".join(f"; {x}" for x in extra))
+    return 1
+
+
+def _counts(ctx: StatusContext, key: tuple[str, str]) -> str:
+    local = ctx.cfg.outputs_dir / key[0] / key[1]
+    on_disk = sum(1 for p in local.iterdir() if p.is_file()) if local.is_dir() else 0
+    return f"{on_disk} files here, {len(_in_dir(ctx.g.in_pointer, key))} in {ctx.pointer_rel}"
+
+
+def _dir_verdict(ctx: StatusContext, key: tuple[str, str], d: Directory | None) -> list[str]:
+    """The lines saying what one directory needs (none: it matches the pointer and the table)."""
+    from .check import check
+
+    op, target = key
+    where = f"{ctx.rel}/{op}/{target}"
+    g, counts = ctx.g, _counts(ctx, key)
+    in_ptr = _in_dir(g.in_pointer, key)
+    deleted, added, modified = (_in_dir(x, key) for x in (g.deleted, g.added, g.modified))
+    if d is None:
+        return [f"STALE {where}/: no row of instances/ builds this directory ({counts}); "
+                f"remove it, then {ctx.push_cmd}"]
+    # A missing row whose object the pointer has comes back with pull; one it lacks must be built.
+    unbuilt = [r for r in d.missing if f"{op}/{target}/{r.file_name}" not in g.in_pointer]
+    fetchable = len(d.missing) - len(unbuilt)
+    drift = check(ctx.cfg, d.present, ctx.every) if d.present else []
+    build = _build_command(ctx.cfg, d)
+    if deleted and (fetchable or drift):  # published files are absent and what is here is not complete
+        state = "MISSING" if d.absent else "INCOMPLETE"
+        return [f"{state} {where}/: {len(deleted)} of {len(in_ptr)} published files are absent ({counts}); "
+                f"fix: {ctx.pull_cmd}"]
+    if drift:
+        restore = f" (or restore the published copy: {_command('pull', '--force', *ctx.again)})" \
+            if in_ptr and (added or modified) else ""
+        more = f"; and {len(unbuilt)} rows not built" if unbuilt else ""
+        return [f"  DRIFT {line}" for line in drift] + [
+            f"DRIFT {where}/: {len(drift)} problem(s) against instances/ ({counts}{more}); fix: {build}{restore}"]
+    if unbuilt:
+        return [f"NOT BUILT {where}/: {len(unbuilt)} of {len(d.rows)} rows have no object here nor in "
+                f"{ctx.pointer_rel} ({counts}); fix: {build}, then {ctx.push_cmd}"]
+    if added or modified or deleted or not in_ptr:
+        # A clean, complete tree that differs from the pointer is a newer build (rows added, changed or dropped).
+        return [f"UNPUBLISHED {where}/: checks clean but differs from {ctx.pointer_rel} ({len(added)} added, "
+                f"{len(modified)} changed, {len(deleted)} removed; {counts}); fix: {ctx.push_cmd}"]
+    return []

@@ -287,3 +287,97 @@ def test_push_user_errors(src: Path, tmp_path: Path, args: list[str], needle: st
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert needle in proc.stderr
     assert not (project / "outputs.dvc").exists()
+
+
+# ------------------------------------------------------------------ the publishing rule: complete, clean directories
+
+def fix_command(line: str, label: str) -> list[str]:
+    """The `farm ...` command a report line names after `label`, as words."""
+    return re.search(label + r" `farm ([^`]*)`", line).group(1).split()
+
+
+def test_push_after_partial_build_reports_not_built_not_drift(src: Path, env: dict[str, str],
+                                                             tmp_path: Path) -> None:
+    """Before: the rows a partial build had not made yet were reported as DRIFT (no entry in manifest.json)."""
+    project = clone(src, tmp_path / "p", outputs=False, published=False)
+    run_farm(project, "build", SEL, "dtypes=[bf16]", check=True)  # 3 of the directory's 6 rows
+    proc = run_farm(project, "push", SEL, env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "DRIFT" not in proc.stdout and "has no entry" not in proc.stdout
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("NOT BUILT "))
+    assert line == (f"NOT BUILT outputs/{TARGET_DIR}/: 3 of 6 rows have no object here; "
+                    "build them: `farm build ops=[rmsnorm] targets=[gfx942]`")
+    assert last_line(proc.stdout).startswith(
+        "refusing to publish: 1 directories not built completely: rmsnorm/gfx942 (3 of 6 rows)")
+    assert not (project / "outputs.dvc").exists()
+
+    status = run_farm(project, "status", SEL, env=env)
+    assert status.returncode == 1 and "DRIFT" not in status.stdout
+    assert (f"NOT BUILT outputs/{TARGET_DIR}/: 3 of 6 rows have no object here nor in outputs.dvc "
+            "(5 files here, 0 in outputs.dvc); fix: `farm build ops=[rmsnorm] targets=[gfx942]`") in status.stdout
+
+    # The printed command is the fix: it builds the rest, and the directory is published.
+    run_farm(project, *fix_command(line, "build them:"), check=True)
+    proc = run_farm(project, "push", SEL, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert tree_bytes(project / "outputs") == tree_bytes(src / "outputs")
+
+
+def test_push_refuses_a_directory_with_objects_deleted_naming_it(src: Path, env: dict[str, str],
+                                                                 tmp_path: Path) -> None:
+    """A directory missing rows is never published, also outside the selection, and is named with its count."""
+    project = clone(src, tmp_path / "p", outputs=True, published=False)
+    (project / "outputs" / TARGET_DIR / "rmsnorm_f32_infer_generic.hsaco").unlink()
+    proc = run_farm(project, "push", "targets=[gfx90a]", env=env)  # gfx942 is present, so it is looked at
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "DRIFT" not in proc.stdout
+    assert (f"NOT BUILT outputs/{TARGET_DIR}/: 1 of 6 rows have no object here; "
+            "build them: `farm build ops=[rmsnorm] targets=[gfx942]`") in proc.stdout
+    assert not (project / "outputs.dvc").exists()
+
+
+def test_status_before_first_push_does_not_contradict_itself(src: Path, env: dict[str, str],
+                                                             tmp_path: Path) -> None:
+    """Before: `8 files here, 0 in outputs.dvc` next to `0 added`, and `1 directories, 2 need action`."""
+    project = clone(src, tmp_path / "p", outputs=True, published=False)
+    proc = run_farm(project, "status", SEL, env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith(f"UNPUBLISHED outputs/{TARGET_DIR}/"))
+    assert line == (f"UNPUBLISHED outputs/{TARGET_DIR}/: checks clean but differs from outputs.dvc (8 added, "
+                    "0 changed, 0 removed; 8 files here, 0 in outputs.dvc); fix: `farm push ops=[rmsnorm] "
+                    f"{SEL}`")
+    added, here = re.search(r"\((\d+) added, .* (\d+) files here", line).groups()
+    assert added == here
+    assert last_line(proc.stdout) == "status: 1 directories: 0 ok, 1 need action; outputs.dvc not published yet"
+
+    assert run_farm(project, *fix_command(line, "fix:"), env=env).returncode == 0
+    proc = run_farm(project, "status", SEL, "--verbose", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"ok outputs/{TARGET_DIR}/: 8 files here, 8 in outputs.dvc" in proc.stdout
+    assert last_line(proc.stdout) == "status: 1 directories, everything matches outputs.dvc and instances/"
+
+
+def test_absent_directory_is_a_warning_naming_its_command(src: Path, env: dict[str, str], tmp_path: Path) -> None:
+    """Before: a selected directory that was never built made push refuse (manifest.json missing: DRIFT)."""
+    project = clone(src, tmp_path / "p", outputs=True, published=False)
+    both = "targets=[gfx942,gfx90a]"
+    proc = run_farm(project, "push", both, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ("WARNING outputs/rmsnorm/gfx90a/ is absent (6 rows): not published; "
+            "build it: `farm build ops=[rmsnorm] targets=[gfx90a]`") in proc.stdout.splitlines()
+    assert last_line(proc.stdout).startswith("published outputs.dvc: md5 ")
+
+    fresh = clone(project, tmp_path / "fresh", outputs=False, published=True)
+    remote = f"remote.url={project / '.farm' / 'dvc-remote'}"
+    proc = run_farm(fresh, "pull", both, remote, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ("WARNING outputs/rmsnorm/gfx90a/ is not in outputs.dvc (6 rows): "
+            "build it: `farm build ops=[rmsnorm] targets=[gfx90a]`") in proc.stdout.splitlines()
+    assert last_line(proc.stdout) == f"checked {SMALL_ROWS_PER_TARGET} objects: no drift"
+
+    # A published directory that is absent here: the warning names the pull that brings it back.
+    shutil.rmtree(fresh / "outputs" / TARGET_DIR)
+    proc = run_farm(fresh, "push", SEL, remote, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (f"WARNING outputs/{TARGET_DIR}/ is absent (6 rows): not published; it is in the previous outputs.dvc, "
+            f"and this push drops it; to keep it: `farm pull {remote}`, then `farm push`") in proc.stdout
