@@ -456,6 +456,29 @@ def test_vendor_add_keeps_each_files_licence(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout
     assert proc.stdout.endswith("2 file(s): 2 clean\n")
 
+    # Upstream's root LICENSE text changes. Re-adding util.py there leaves the text consts.py (still at the
+    # old commit) uses alone; once consts.py moves too, both share the new copy and the old one is removed.
+    add(project, repo, commit, paths="[helpers/consts.py]").check_returncode()
+    later = commit_files(repo, {"LICENSE": MIT.replace("2024", "2025")}, "new year")
+    add(project, repo, later, paths="[kernels/util.py]").check_returncode()
+    texts = {rel: rec["license"]["text"] for rel, rec in
+             json.loads((project / "kernels_src/VENDOR.lock.json").read_text())["files"].items()}
+    versioned = f"vendor/synth/LICENSE.{later[:12]}"
+    assert texts == {"vendor/synth/helpers/consts.py": "vendor/synth/LICENSE",
+                     "vendor/synth/kernels/util.py": versioned,
+                     "vendor/synth/apache/block.py": "vendor/synth/apache/LICENSE"}
+    assert (project / "kernels_src/vendor/synth/LICENSE").read_text() == MIT
+    assert (project / "kernels_src" / versioned).read_text() == MIT.replace("2024", "2025")
+    add(project, repo, later, paths="[helpers/consts.py]").check_returncode()
+    lock = json.loads((project / "kernels_src/VENDOR.lock.json").read_text())
+    assert lock["files"]["vendor/synth/helpers/consts.py"]["license"]["text"] == versioned
+    assert sorted(lock["license_texts"]) == sorted(["vendor/synth/apache/LICENSE", versioned])
+    assert not (project / "kernels_src/vendor/synth/LICENSE").exists()
+    for rel in (CONSTS_REL, UTIL_REL):
+        assert_everywhere(project, rel, "MIT")
+    assert_everywhere(project, APACHE_REL, "Apache-2.0")
+    assert "Copyright (c) 2024" not in licenses_md_groups(project)["MIT"]
+
 
 def test_one_upstream_mixing_licences_in_one_add(tmp_path: Path) -> None:
     """Before: files with different SPDX lines were refused, and untagged ones got the root license."""

@@ -110,15 +110,21 @@ def _refuse_symlinks(kernels_dir: Path, rel: str) -> None:
 
 
 def _text_copy(data: dict[str, Any], upstream: str, commit: str, text: LicenseText, keep: set[str]) -> str:
-    """Where the copy of an upstream license file goes: vendor/<upstream>/<its upstream path>, unless files
-    not re-added now still use another version of it there (then a name with the commit)."""
+    """Where the copy of an upstream license file goes: an existing copy of the same text, else
+    vendor/<upstream>/<its upstream path>, unless files not re-added now still use another version of it
+    there (then that name with the commit appended)."""
     rel = f"vendor/{upstream}/{text.path}"
     if not lock.rel_ok(rel):  # the path comes from the upstream's tree: data, checked before any use
         raise FarmError(f"the license file {text.path!r} of {upstream} is not a plain relative path",
                         "name a license file with license_file=<path>")
+    digest = sha256_bytes(text.text.encode("utf-8"))
+    same = [r for r, t in sorted(data["license_texts"].items())
+            if (t.get("upstream"), t.get("path"), t.get("sha256")) == (upstream, text.path, digest)]
+    if same:  # this very text is already copied: share the copy
+        return same[0]
     old = data["license_texts"].get(rel)
     used = any(r["license"]["text"] == rel for f, r in data["files"].items() if f not in keep)
-    if old is not None and used and old.get("sha256") != sha256_bytes(text.text.encode("utf-8")):
+    if old is not None and used and old.get("sha256") != digest:
         rel = f"{rel}.{commit[:12]}"
     if rel in data["files"]:
         raise FarmError(f"the license file {text.path} of {upstream} would overwrite the vendored file "
@@ -162,7 +168,11 @@ def _remove_owned(project: Project, rels: list[str], recorded: dict[str, Any]) -
     for rel in rels:
         path = project.kernels_dir / rel
         want = recorded.get(rel, {}).get("sha256")
-        if want and path.is_file() and not path.is_symlink() and sha256_bytes(path.read_bytes()) == want:
+        try:
+            _refuse_symlinks(project.kernels_dir, rel)
+        except FarmError:  # not provably ours: left alone
+            continue
+        if want and path.is_file() and sha256_bytes(path.read_bytes()) == want:
             path.unlink()
 
 
