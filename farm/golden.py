@@ -104,6 +104,7 @@ def seal(cfg: FarmConfig, rows: list[Row], every: list[Row], log: object) -> int
     from .atomic import write_text_atomic
     from .check import check
     from .lock import command_line, lock_wait, tree_lock
+    from .publish import record_pointer
 
     if rows != every:
         raise FarmError("farm golden records the whole table of the selected ops, not a part of it",
@@ -123,6 +124,8 @@ def seal(cfg: FarmConfig, rows: list[Row], every: list[Row], log: object) -> int
         digests = tree_digests(cfg.outputs_dir)
         path = golden_path(cfg)
         write_text_atomic(path, render(digests))
-    print(f"wrote {path}: {len(digests)} files ({len(rows)} objects in {len(dirs)} directories); "
-          f"commit it", file=log)
+        pointer = record_pointer(cfg)
+    print(f"wrote {path}: {len(digests)} files ({len(rows)} objects in {len(dirs)} directories)", file=log)
+    print(f"wrote {path.with_suffix('.dvc').name}: md5 {pointer['md5']} ({pointer['nfiles']} files); "
+          f"commit both ({path.name}, {path.with_suffix('.dvc').name})", file=log)
     return 0

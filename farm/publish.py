@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .atomic import write_bytes_atomic
+from .atomic import write_bytes_atomic, write_text_atomic
 from .canonical import sha256_file
 from .config import FarmConfig
 from .errors import FarmError
+from .golden import golden_path
+from .golden import render as render_golden
 from .lock import command_line, lock_wait, tree_lock
 from .outtree import OutputDir
 from .rows import Row
@@ -495,6 +497,8 @@ def _push_locked(cfg: FarmConfig) -> int:
                   f"({', '.join(changed[:5]) or 'file count differs'}); {pointer_rel} was left as it was. "
                   "Run `farm check`, then `farm push` again")
             return 1
+        # The pointer and the golden digests in git always describe the same tree.
+        write_text_atomic(golden_path(cfg), render_golden(checked))
         try:
             sent = repo.push(targets=[pointer_rel])
         except _remote_errors() as exc:
@@ -507,8 +511,23 @@ def _push_locked(cfg: FarmConfig) -> int:
     print(f"checked {len(survey.checked)} objects; pushed {sent} new blob(s) to {remote.describe()}")
     print(f"published {pointer_rel}: md5 {new['md5']} ({new['nfiles']} files, {new['size']} bytes)"
           + ("" if old is None or old["md5"] != new["md5"] else " (unchanged)")
-          + f"; commit {pointer_rel}")
+          + f"; commit {pointer_rel} and {golden_path(cfg).name}")
     return 0
+
+
+def record_pointer(cfg: FarmConfig) -> dict[str, Any]:
+    """`dvc add` the output tree: rewrite its pointer (outputs.dvc) without publishing anything (`farm golden`).
+    The caller holds the tree's lock and has checked the tree."""
+    rel, pointer_rel = _paths(cfg)
+    from dvc.exceptions import DvcException
+
+    with _repo(cfg, remote_of(cfg), anonymous=False) as repo:
+        try:
+            repo.add(rel)
+        except DvcException as exc:
+            raise FarmError(f"dvc add {rel} failed: {_scrub(str(exc))}",
+                            "fix or remove .dvc/ (the farm recreates it), then run the command again") from None
+    return _pointer_fields(cfg.root / pointer_rel)
 
 
 def _refuse_unpublishable(cfg: FarmConfig, rel: str, survey: Survey) -> bool:

@@ -29,6 +29,8 @@ def test_golden_digests_are_recorded_and_verified_by_sha256sum(built: Path, tmp_
                                capture_output=True, text=True)
     assert coreutils.returncode == 0, coreutils.stdout + coreutils.stderr
     assert run_farm(project, "check").returncode == 0
+    # The DVC pointer of the same tree is written with it.
+    assert "outs:" in (project / "outputs.dvc").read_text() and "wrote outputs.dvc: md5" in proc.stdout
 
 
 def test_check_names_an_object_whose_bytes_differ_from_the_committed_digest(built: Path, tmp_path: Path) -> None:
