@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import binascii
 import csv
+import errno
 import hashlib
 import importlib.metadata
 import importlib.util
 import json
 import os
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -108,8 +110,11 @@ def _identity(path: str | Path, st: os.stat_result) -> str:
 def _hash_open_file(path: str | Path) -> tuple[str, str | None]:
     """(SHA256 of the bytes, the identity they belong to), the identity None when the file changed while
     it was read (then the digest is used once, never remembered)."""
-    with open(path, "rb") as f:
+    # Non-blocking open, then only a regular file is read: a FIFO or device planted there never hangs us.
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
         before = os.fstat(f.fileno())
+        if not stat.S_ISREG(before.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
         digest = hashlib.file_digest(f, "sha256").hexdigest()
         after = os.fstat(f.fileno())
     same = _identity(path, before) == _identity(path, after)
@@ -253,6 +258,16 @@ def _file_digest(hashes: FileHashes, path: str, want: str | None) -> str:
     return hashes.sha256(path, fresh=True) if want is not None and digest != want else digest
 
 
+def _readable_digest(hashes: FileHashes, path: str, want: str | None) -> str:
+    """The file's SHA256, or why there is none ("missing", "unreadable (...)")."""
+    try:
+        return _file_digest(hashes, path, want)
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+
+
 def distribution_content(name: str, cache_dir: Path | None = None,
                          search_path: list[str] | None = None) -> Content:
     """The content of the installed distribution `name` (the one this interpreter imports, or the first on
@@ -272,18 +287,13 @@ def distribution_content(name: str, cache_dir: Path | None = None,
     on_disk: dict[str, str] = {}
     edited: dict[str, str] = {}
     for rel, want in sorted(recorded.items()):
-        try:
-            on_disk[rel] = _file_digest(hashes, os.path.join(site, rel), want)
-        except FileNotFoundError:
-            edited[rel] = "missing"
-            continue
-        except OSError as exc:
-            edited[rel] = f"unreadable ({exc.strerror})"
-            continue
-        if want is not None and on_disk[rel] != want:
-            edited[rel] = on_disk[rel]
-    added = {rel: hashes.sha256(os.path.join(site, rel)) for rel in _unrecorded(site, recorded)}
-    on_disk.update(added)
+        digest = _readable_digest(hashes, os.path.join(site, rel), want)
+        if len(digest) == 64:
+            on_disk[rel] = digest
+        if want is not None and digest != want:
+            edited[rel] = digest
+    added = {rel: _readable_digest(hashes, os.path.join(site, rel), None) for rel in _unrecorded(site, recorded)}
+    on_disk.update({rel: digest for rel, digest in added.items() if len(digest) == 64})
     hashes.save()
     return Content(dist.version, len(on_disk), digest_of(on_disk), edited, added)
 

@@ -176,3 +176,12 @@ def test_pin_records_content_digests(tmp_path: Path) -> None:
     assert text == (REPO / "conf" / "toolchain" / "pinned.yaml").read_text()  # the committed pin is this machine's
     assert run_farm(project, "pin", check=True).stdout.startswith("the pin already matches")
     assert "content" in compile_part(pin)  # workers check it too
+
+
+def test_a_fifo_in_the_distribution_is_named_not_read(tmp_path: Path) -> None:
+    """A FIFO planted among flydsl's files would block a plain open(): it is named, never read."""
+    site = fake_flydsl(tmp_path / "site")
+    os.mkfifo(site / "flydsl" / "compiler" / "pipe.py")
+    content = distribution_content("flydsl", None, [str(site)])
+    assert content.added == {"flydsl/compiler/pipe.py": "unreadable (not a regular file)"}
+    assert content.files == len(FAKE_FILES)
