@@ -294,6 +294,21 @@ def test_push_user_errors(src: Path, tmp_path: Path, args: list[str], needle: st
     assert not (project / "outputs.dvc").exists()
 
 
+def test_unreachable_s3_endpoint_on_push_is_one_line(src: Path, env: dict[str, str], tmp_path: Path) -> None:
+    """No server at the endpoint (a loopback port nothing listens on): one line naming the remote and the
+    fix, not the S3 client stack's traceback."""
+    project = clone(src, tmp_path / "p", outputs=True, published=False)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing listens there
+    proc = run_farm(project, "push", SEL, *s3_args(f"http://127.0.0.1:{port}", "nowhere"), env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    failure = [line for line in proc.stderr.splitlines() if line.startswith("farm push: dvc push to")]
+    assert len(failure) == 1 and f"127.0.0.1:{port}" in failure[0] and "reachable" in failure[0]
+    no_secret_anywhere(proc.stdout, proc.stderr)
+
+
 # ------------------------------------------------------------------ the publishing rule: complete, clean directories
 
 def fix_command(line: str, label: str) -> list[str]:
