@@ -41,6 +41,13 @@ def copy_project(dest: Path) -> Path:
     return dest
 
 
+def built_copy(built: Path, dest: Path) -> Path:
+    """A private copy of a built project (sources, table, outputs), to damage freely."""
+    for name in ("conf", "kernels_src", "instances", "outputs"):
+        shutil.copytree(built / name, dest / name)
+    return dest
+
+
 def shrink_op(project: Path, op: str, groups_yaml: str) -> None:
     """Replace an op's groups with a small table (then `farm expand` must run)."""
     path = project / "conf" / "op" / f"{op}.yaml"

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from conftest import SMALL_ROWS_PER_TARGET, run_farm, small_copy
+from conftest import SMALL_ROWS_PER_TARGET, built_copy, run_farm, small_copy
 
 from farm.lock import tree_lock
 
@@ -74,9 +73,7 @@ def test_check_waits_for_a_writer_and_names_it(built: Path) -> None:
 
 
 def test_temp_files_of_a_dead_writer_are_removed_and_a_live_ones_kept(built: Path, tmp_path: Path) -> None:
-    project = tmp_path / "p"
-    for name in ("conf", "kernels_src", "instances", "outputs"):
-        shutil.copytree(built / name, project / name)
+    project = built_copy(built, tmp_path / "p")
     where = project / "outputs" / "rmsnorm" / "gfx942"
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -93,9 +90,7 @@ def test_temp_files_of_a_dead_writer_are_removed_and_a_live_ones_kept(built: Pat
 def test_push_refuses_when_the_tree_changes_between_check_and_publish(built: Path, tmp_path: Path) -> None:
     """A writer that ignores the lock changes outputs/ after the check: push publishes nothing and leaves
     outputs.dvc as it was."""
-    project = tmp_path / "p"
-    for name in ("conf", "kernels_src", "instances", "outputs"):
-        shutil.copytree(built / name, project / name)
+    project = built_copy(built, tmp_path / "p")
     code = (
         "import sys\n"
         "from pathlib import Path\n"

@@ -3,17 +3,10 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
-from conftest import last_line, run_farm
-
-
-def built_copy(built: Path, dest: Path) -> Path:
-    for name in ("conf", "kernels_src", "instances", "outputs"):
-        shutil.copytree(built / name, dest / name)
-    return dest
+from conftest import built_copy, last_line, run_farm
 
 
 def test_golden_digests_are_recorded_and_verified_by_sha256sum(built: Path, tmp_path: Path) -> None:

@@ -12,19 +12,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import last_line, run_farm
+from conftest import built_copy, last_line, run_farm
 
 from farm.toolchain import installed
 
 TARGET = "gfx942"
 SEL = f"targets=[{TARGET}]"
-
-
-def built_copy(built: Path, dest: Path) -> Path:
-    """A private copy of the built small project (sources, table, outputs), to damage freely."""
-    for name in ("conf", "kernels_src", "instances", "outputs"):
-        shutil.copytree(built / name, dest / name)
-    return dest
 
 
 def manifest_of(project: Path, target: str = TARGET) -> Path:
