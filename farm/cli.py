@@ -135,11 +135,11 @@ def cmd_check(flags: set[str], overrides: list[str]) -> int:
 
 def cmd_golden(flags: set[str], overrides: list[str]) -> int:
     """farm golden: record outputs.sha256 (and outputs.dvc) from a complete, clean tree."""
-    from .golden import seal
+    from .publish import seal_golden
 
     cfg = _load(overrides)
     rows, every = _selected_rows(cfg)
-    return seal(cfg, rows, every, sys.stdout)
+    return seal_golden(cfg, rows, every, sys.stdout)
 
 
 def cmd_audit(flags: set[str], overrides: list[str]) -> int:

@@ -15,7 +15,8 @@ from .errors import FarmError
 from .private import private_dir, read_private_text, write_private_text
 
 # Ray reads these when it is imported, so they are set when this module is: the private local
-# cluster then binds to loopback (INFRA.md) and sends no usage reports.
+# cluster then binds to loopback (Ray otherwise advertises the machine's network address) and sends no
+# usage reports.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
@@ -166,7 +167,7 @@ def _compile_task(request: dict[str, Any], sources: dict[str, bytes], timeout_s:
 
 
 def require_loopback(ray: Any) -> None:
-    """A local cluster must listen on loopback only (INFRA.md)."""
+    """A local cluster must listen on loopback only (every node's NodeManagerAddress is 127.0.0.1)."""
     addresses = sorted({n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]})
     if addresses != ["127.0.0.1"]:
         ray.shutdown()

@@ -25,7 +25,7 @@ from .atomic import write_bytes_atomic, write_text_atomic
 from .canonical import sha256_file
 from .config import FarmConfig
 from .errors import FarmError
-from .golden import golden_path
+from .golden import golden_path, tree_digests
 from .golden import render as render_golden
 from .lock import command_line, lock_wait, tree_lock
 from .outtree import OutputDir
@@ -805,3 +805,33 @@ def _dir_verdict(ctx: StatusContext, key: tuple[str, str], d: Directory | None) 
         return [f"UNPUBLISHED {where}/: checks clean but differs from {ctx.pointer_rel} ({len(added)} added, "
                 f"{len(modified)} changed, {len(deleted)} removed; {counts}); fix: {ctx.push_cmd}"]
     return []
+
+
+def seal_golden(cfg: FarmConfig, rows: list[Row], every: list[Row], log: object) -> int:
+    """`farm golden`: under the tree's lock, require the selected ops' whole table built and clean, then write
+    `<outputs_dir>.sha256` from the tree (farm/golden.py) and the DVC pointer. Exit status."""
+    from .check import check
+
+    if rows != every:
+        raise FarmError("farm golden records the whole table of the selected ops, not a part of it",
+                        "drop targets=/dtypes=/names= (ops=[...] may stay)")
+    with tree_lock(cfg.outputs_dir, command_line(), wait_s=lock_wait(cfg)):
+        found = check(cfg, rows, every)
+        dirs = {(r.op, r.target) for r in rows}
+        present = {tuple(p.relative_to(cfg.outputs_dir).parts) for p in cfg.outputs_dir.glob("*/*")}
+        found += [f"{cfg.outputs_dir / '/'.join(d)}: no selected row builds this directory"
+                  for d in sorted(present - dirs)]
+        for line in found:
+            print(f"DRIFT {line}", file=log)
+        if found:
+            print(f"refusing to record golden digests: {len(found)} problem(s); `farm build`, then `farm golden`",
+                  file=log)
+            return 1
+        digests = tree_digests(cfg.outputs_dir)
+        path = golden_path(cfg)
+        write_text_atomic(path, render_golden(digests))
+        pointer = record_pointer(cfg)
+    print(f"wrote {path}: {len(digests)} files ({len(rows)} objects in {len(dirs)} directories)", file=log)
+    print(f"wrote {path.with_suffix('.dvc').name}: md5 {pointer['md5']} ({pointer['nfiles']} files); "
+          f"commit both ({path.name}, {path.with_suffix('.dvc').name})", file=log)
+    return 0

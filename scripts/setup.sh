@@ -55,6 +55,6 @@ fi
 .venv-s3/bin/python -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps \
   -r requirements-s3.lock
 # A second, different linker for the tests that prove an audit names a linker change (Debian's
-# LLD 19, as TOOLCHAIN.md measured). Needs root and apt; the farm's own pin does not use it.
+# LLD 19, whose identity differs in .comment). Needs root and apt; the farm's own pin does not use it.
 apt_install /usr/lib/llvm-19/bin/ld.lld lld-19 "two audit/diff tests need it"
 echo "setup done: $(.venv/bin/farm --help >/dev/null && echo 'farm ready in .venv/bin/farm')"
