@@ -2,8 +2,10 @@
 
 A read-only or missing output directory used to show up only when the first object was written,
 after every compile had run; an unwritable report directory only at the very end. Each directory
-the command will write is probed here with a private temp file (created, then removed), so the
-command stops before doing any work, naming the directory and the fix.
+the command will write is checked here with access(2) (or, where it does not exist yet, by creating and
+removing a private temp file in the parent that will hold it), so the command stops before doing any
+work, naming the directory and the fix. Nothing is created inside the output tree: a `farm check`
+running beside the build must not see a file the farm did not record.
 """
 
 from __future__ import annotations
@@ -48,7 +50,26 @@ def require_writable_dir(path: Path, what: str, other: str = "") -> None:
         where = f"{existing}, on the way to {path}," if existing != path else str(path)
         raise FarmError(f"{what}: {where} is {kind}, not a directory",
                         f"remove or rename {existing}{', ' + other if other else ''}")
-    _probe(existing, path, what, other)
+    if existing == path:
+        _access(path, what, other)  # inside the output tree: leave no trace a concurrent `farm check` could see
+    else:
+        _probe(existing, path, what, other)
+
+
+def _access(directory: Path, what: str, other: str) -> None:
+    """access(2) answers for this process's credentials and capabilities, ACLs and read-only mounts alike,
+    without creating anything in a directory other commands may be listing."""
+    if not os.access(directory, os.W_OK | os.X_OK):
+        reason = "it is on a read-only file system" if _read_only_mount(directory) else "permission denied"
+        raise FarmError(f"cannot write to {what} {directory}: {reason}; nothing was built or changed",
+                        f"make {directory} writable for you{', ' + other if other else ''}")
+
+
+def _read_only_mount(directory: Path) -> bool:
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def nearest_existing(path: Path) -> Path:
@@ -71,7 +92,7 @@ def _kind(path: Path) -> str:
 
 
 def _probe(directory: Path, path: Path, what: str, other: str) -> None:
-    """Create and remove a private temp file: the only reliable answer (ACLs, read-only mounts, root)."""
+    """Where `path` does not exist yet: create and remove a private temp file in the parent that will hold it."""
     try:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".farm-preflight-", suffix=".tmp")
     except OSError as exc:
