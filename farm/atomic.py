@@ -25,12 +25,3 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
 def write_text_atomic(path: Path, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
-
-def remove_stale_temporaries(directory: Path) -> list[Path]:
-    """Delete leftovers of writes that were interrupted (a killed build)."""
-    removed = []
-    if directory.is_dir():
-        for tmp in directory.glob(".*.tmp"):
-            tmp.unlink(missing_ok=True)
-            removed.append(tmp)
-    return removed

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from .atomic import write_text_atomic
 from .canonical import canonical_json, sha256_bytes
 from .config import FarmConfig
 from .errors import FarmError
+from .lock import command_line
 from .trace import chrome_trace
 
 DEFAULT_KEEP = 20
@@ -46,7 +46,7 @@ def _git(root: Path, *args: str) -> str | None:
 def origin(cfg: FarmConfig) -> Origin:
     commit = _git(cfg.root, "rev-parse", "HEAD")
     status = _git(cfg.root, "status", "--porcelain") if commit else None
-    return Origin(command=" ".join(["farm", *sys.argv[1:]]) if sys.argv else "farm",
+    return Origin(command=command_line(),
                   outputs_dir=str(cfg.outputs_dir.resolve()),
                   git_commit=commit.strip() if commit else None,
                   git_dirty=bool(status.strip()) if status is not None else None)
