@@ -1,6 +1,6 @@
 """Inside the isolated compile process: trace one row with FlyDSL and return the ELF bytes.
 
-Everything here relies on flydsl==0.3.4 behaviour (TOOLCHAIN.md); re-check it when the pin moves:
+Everything here relies on flydsl==0.3.4 behaviour, measured on this farm's machines; re-check it when the pin moves:
 - COMPILE_ONLY=1 makes a @flyc.jit launcher trace and compile without launching;
 - the compiled module is kept on the launcher (`_last_compiled`), its `gpu.binary` op holds the ELF;
 - MLIR's convert-gpu-to-rocdl rejects generic chipsets, so that one fragment is lowered for the
