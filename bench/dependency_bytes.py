@@ -23,10 +23,10 @@ from pathlib import Path
 
 from fresh_compile import compile_fresh, private_env
 
-from farm import config as config_mod
-from farm.config import FarmConfig
-from farm.expand import fresh_rows
-from farm.rows import Row
+from farm.table import config as config_mod
+from farm.table.config import FarmConfig
+from farm.table.expand import fresh_rows
+from farm.table.rows import Row
 
 PROBE = "import numpy, torch; print('numpy', numpy.__version__, 'torch', torch.__version__)"
 

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from farm.build import _request
-from farm.compile.isolate import child_environment
-from farm.config import FarmConfig
-from farm.rows import Row
-from farm.toolchain import write_linker_shim
+from farm.table.config import FarmConfig
+from farm.table.rows import Row
+from farm.toolchain.pin import write_linker_shim
+from farm.worker.isolate import child_environment
 
 
 def private_env(work: Path, target: dict[str, Any], linker: dict[str, Any] | None) -> dict[str, str]:
@@ -24,10 +24,10 @@ def private_env(work: Path, target: dict[str, Any], linker: dict[str, Any] | Non
 
 
 def compile_fresh(cfg: FarmConfig, row: Row, work: Path, out: Path, extra_env: dict[str, str] | None = None) -> None:
-    """`python -m farm.compile.worker` for `row` in `work`, writing the object to `out`; SystemExit on failure."""
+    """`python -m farm.worker.main` for `row` in `work`, writing the object to `out`; SystemExit on failure."""
     env = private_env(work, cfg.targets[row.target].as_dict(), cfg.toolchain_pin.get("linker")) | (extra_env or {})
     (work / "request.json").write_text(json.dumps(dict(_request(cfg, row), kernels_root=str(cfg.kernels_dir))))
-    proc = subprocess.run([sys.executable, "-m", "farm.compile.worker", str(work / "request.json"), str(out)],
+    proc = subprocess.run([sys.executable, "-m", "farm.worker.main", str(work / "request.json"), str(out)],
                           cwd=work, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"fresh compile of {row.key} failed:\n{proc.stderr[-3000:]}")

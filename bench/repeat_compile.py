@@ -22,8 +22,8 @@ from pathlib import Path
 
 from fresh_compile import compile_fresh
 
-from farm import config as config_mod
-from farm.expand import fresh_rows
+from farm.table import config as config_mod
+from farm.table.expand import fresh_rows
 
 
 def main(args: list[str]) -> int:

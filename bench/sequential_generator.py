@@ -20,7 +20,7 @@ def main(job_path: str) -> int:
     import flydsl.compiler  # noqa: F401  (the imports a generator pays once)
     import torch  # noqa: F401
 
-    from farm.compile.lowering import attach_target_only, elf_from_compiled, patch_lowering_chipset
+    from farm.worker.lowering import attach_target_only, elf_from_compiled, patch_lowering_chipset
 
     target = job["target"]
     patch_lowering_chipset(target["name"], target["mlir_chipset"])

@@ -4,7 +4,7 @@
 
 (a) sequential: one process per target compiling its rows in sequence (imports once, no isolation),
     up to one such process per core at a time: how per-target generator scripts work;
-(b) fresh:      one fresh interpreter per row (`python -m farm.compile.worker`), one per core at a
+(b) fresh:      one fresh interpreter per row (`python -m farm.worker.main`), one per core at a
     time: how `make -j` over per-kernel compile commands works;
 (c) farm:       `farm build` into a private outputs directory, twice:
     farm-private   on a private local Ray cluster that the build starts and stops (a build from nothing);
@@ -41,11 +41,11 @@ from typing import Any
 import psutil
 from fresh_compile import compile_fresh, private_env
 
-from farm import config as config_mod
-from farm import standing
 from farm.build import _request
-from farm.expand import fresh_rows
-from farm.rows import Row
+from farm.execute import standing
+from farm.table import config as config_mod
+from farm.table.expand import fresh_rows
+from farm.table.rows import Row
 
 HERE = Path(__file__).resolve().parent
 

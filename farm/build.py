@@ -10,21 +10,22 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from . import disasm, manifest
-from .canonical import sha256_bytes
-from .config import FarmConfig
-from .digest import CodeRecorder, CompileRecord, farm_hashes, farm_path_ok, inputs_of
-from .elfinfo import NotACodeObject, read_code_object
-from .errors import FarmError
-from .lock import command_line, lock_wait, tree_lock
-from .outtree import OutputDir
-from .plan import REVERIFY, Decision
-from .private import private_dir
-from .report import origin_fields, write_build_report
-from .rows import Row
-from .sources import Tree, collect
-from .toolchain import compile_part, differences
-from .verify import describe, problems
+from farm.accept.elfinfo import NotACodeObject, read_code_object
+from farm.accept.verify import describe, problems
+from farm.core.canonical import sha256_bytes
+from farm.core.errors import FarmError
+from farm.core.private import private_dir
+from farm.plan.decide import REVERIFY, Decision
+from farm.plan.digest import CodeRecorder, CompileRecord, farm_hashes, farm_path_ok, inputs_of
+from farm.plan.sources import Tree, collect
+from farm.store import manifest
+from farm.store.lock import command_line, lock_wait, tree_lock
+from farm.store.outtree import OutputDir
+from farm.store.report import origin_fields, write_build_report
+from farm.table.config import FarmConfig
+from farm.table.rows import Row
+from farm.toolchain import disasm
+from farm.toolchain.pin import compile_part, differences
 
 STDERR_TAIL_LINES = 40
 # Per row in the build report: timings, where it ran and with which toolchain, its peak memory, what the
@@ -41,8 +42,8 @@ def _request(cfg: FarmConfig, row: Row) -> dict[str, Any]:
 
 
 class DirectoryWriter:
-    """Holds each touched directory (opened safely, see farm/outtree.py) and its manifest entries; writes
-    the object, then manifest and SOURCE.md. The caller holds the output tree's lock (farm/lock.py)."""
+    """Holds each touched directory (opened safely, see farm/store/outtree.py) and its manifest entries; writes
+    the object, then manifest and SOURCE.md. The caller holds the output tree's lock (farm/store/lock.py)."""
 
     def __init__(self, cfg: FarmConfig) -> None:
         self.cfg = cfg
@@ -251,8 +252,8 @@ def _tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:
 def build_selection(cfg: FarmConfig, rows: list[Row], all_rows: list[Row], log: Any = sys.stderr) -> int:
     """`farm build`: under the output tree's lock, plan the selected rows, check the pin, build what must
     build. Planning under the lock means a build that waited for another sees that one's results."""
-    from .plan import decide, summary_line
-    from .toolchain import installed, require_pin
+    from farm.plan.decide import decide, summary_line
+    from farm.toolchain.pin import installed, require_pin
 
     with tree_lock(cfg.outputs_dir, command_line(), wait_s=lock_wait(cfg), log=log):
         decisions = decide(cfg, rows)
@@ -317,8 +318,8 @@ def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryW
     """Compile `todo` on Ray and write what verifies; returns the number written."""
     from tqdm import tqdm
 
-    from .executor import RayExecutor
-    from .standing import for_build, mark_used
+    from farm.execute.executor import RayExecutor
+    from farm.execute.standing import for_build, mark_used
 
     if not todo:
         return 0

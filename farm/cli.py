@@ -8,13 +8,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from . import config as config_mod
-from .errors import FarmError
-from .expand import fresh_rows
-from .lock import command_line, lock_wait, tree_lock
-from .preflight import require_writable, require_writable_dir, selected_dirs
-from .private import private_dir
-from .rows import Row
+from farm.core.errors import FarmError
+from farm.core.private import private_dir
+from farm.store.lock import command_line, lock_wait, tree_lock
+from farm.store.preflight import require_writable, require_writable_dir, selected_dirs
+from farm.table import config as config_mod
+from farm.table.expand import fresh_rows
+from farm.table.rows import Row
 
 USAGE = """usage: farm VERB [--flags] [key=value ...]
 
@@ -69,7 +69,7 @@ def _describe(cfg: config_mod.FarmConfig) -> str:
 
 
 def cmd_expand(flags: set[str], overrides: list[str]) -> int:
-    from .expand import stale_tables, write_tables
+    from farm.table.expand import stale_tables, write_tables
 
     cfg = _load(overrides)
     if "--check" in flags:
@@ -79,7 +79,7 @@ def cmd_expand(flags: set[str], overrides: list[str]) -> int:
         print("instances/ is up to date with conf/" if not stale else f"{len(stale)} stale table(s)")
         return 1 if stale else 0
     changed = write_tables(cfg)
-    from .rows import load_table
+    from farm.table.rows import load_table
 
     total = 0
     for op in cfg.selected_ops:
@@ -94,7 +94,7 @@ def cmd_expand(flags: set[str], overrides: list[str]) -> int:
 
 
 def cmd_plan(flags: set[str], overrides: list[str]) -> int:
-    from .plan import decide, summary_line
+    from farm.plan.decide import decide, summary_line
 
     cfg = _load(overrides)
     rows, _ = _selected_rows(cfg)
@@ -108,7 +108,7 @@ def cmd_plan(flags: set[str], overrides: list[str]) -> int:
 
 
 def cmd_build(flags: set[str], overrides: list[str]) -> int:
-    from .build import build_selection
+    from farm.build import build_selection
 
     cfg = _load(overrides)
     require_writable(cfg)  # before any compile: a read-only outputs_dir used to fail after all of them
@@ -118,8 +118,8 @@ def cmd_build(flags: set[str], overrides: list[str]) -> int:
 
 
 def cmd_check(flags: set[str], overrides: list[str]) -> int:
-    from .check import check
-    from .golden import drift as golden_drift
+    from farm.assure.check import check
+    from farm.assure.golden import drift as golden_drift
     cfg = _load(overrides)
     rows, every = _selected_rows(cfg)
     # A shared hold: checks run side by side, but never see a build's half-written batch.
@@ -135,7 +135,7 @@ def cmd_check(flags: set[str], overrides: list[str]) -> int:
 
 def cmd_golden(flags: set[str], overrides: list[str]) -> int:
     """farm golden: record outputs.sha256 (and outputs.dvc) from a complete, clean tree."""
-    from .publish import seal_golden
+    from farm.publish.dvc_stage import seal_golden
 
     cfg = _load(overrides)
     rows, every = _selected_rows(cfg)
@@ -143,7 +143,7 @@ def cmd_golden(flags: set[str], overrides: list[str]) -> int:
 
 
 def cmd_audit(flags: set[str], overrides: list[str]) -> int:
-    from .audit import audit
+    from farm.assure.audit import audit
 
     cfg = _load(overrides)
     require_writable(cfg, outputs=False)  # the audit writes only its report
@@ -152,8 +152,8 @@ def cmd_audit(flags: set[str], overrides: list[str]) -> int:
 
 
 def cmd_pin(flags: set[str], overrides: list[str]) -> int:
-    from .atomic import write_text_atomic
-    from .toolchain import DEFAULT_DISASSEMBLER, differences, installed, pin_text
+    from farm.core.atomic import write_text_atomic
+    from farm.toolchain.pin import DEFAULT_DISASSEMBLER, differences, installed, pin_text
 
     cfg = _load(overrides)
     pin = cfg.toolchain_pin
@@ -183,13 +183,13 @@ def _require_pin_writable(pin: Path) -> None:
 
 
 def cmd_push(flags: set[str], overrides: list[str]) -> int:
-    from .publish import push
+    from farm.publish.dvc_stage import push
 
     return push(_load(overrides), flags)
 
 
 def cmd_pull(flags: set[str], overrides: list[str]) -> int:
-    from .publish import pull
+    from farm.publish.dvc_stage import pull
 
     cfg = _load(overrides)
     require_writable(cfg, reports=False)  # the pull checks out into outputs_dir
@@ -197,21 +197,21 @@ def cmd_pull(flags: set[str], overrides: list[str]) -> int:
 
 
 def cmd_status(flags: set[str], overrides: list[str]) -> int:
-    from .publish import status
+    from farm.publish.dvc_stage import status
 
     return status(_load(overrides), flags)
 
 
 def cmd_diff(flags: set[str], overrides: list[str]) -> int:
     """farm diff A.hsaco B.hsaco: what differs between two code objects, at the code-object level."""
-    from .elfdiff import main as diff_main
+    from farm.assure.elfdiff import main as diff_main
 
     return diff_main(flags, overrides)
 
 
 def cmd_cluster(flags: set[str], overrides: list[str]) -> int:
-    """farm cluster up|down|status: the standing local cluster with warm compilers (farm/standing.py)."""
-    from . import standing
+    """farm cluster up|down|status: the standing local cluster with warm compilers (farm/execute/standing.py)."""
+    from farm.execute import standing
 
     actions = [a for a in overrides if "=" not in a]
     if len(actions) != 1 or actions[0] not in ("up", "down", "status"):
@@ -238,8 +238,8 @@ def cmd_cluster(flags: set[str], overrides: list[str]) -> int:
 
 
 def cmd_vendor(flags: set[str], overrides: list[str]) -> int:
-    """farm vendor add|diff|note key=value ...: plain keys, not Hydra overrides (farm/vendor/)."""
-    from .vendor.cli import main as vendor_main
+    """farm vendor add|diff|note key=value ...: plain keys, not Hydra overrides (farm/vendoring/)."""
+    from farm.vendoring.cli import main as vendor_main
 
     return vendor_main(flags, overrides)
 

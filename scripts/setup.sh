@@ -34,16 +34,16 @@ PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 # The farm itself, built with the locked setuptools (no build environment fetched from the index).
 "${PIP[@]}" --no-deps --no-build-isolation -e .
 # pip calls a distribution edited in place "already satisfied"; the toolchain's content check names those
-# whose files differ from their RECORD (farm/toolchain.py), and they are reinstalled from the lock.
+# whose files differ from their RECORD (farm/toolchain/pin.py), and they are reinstalled from the lock.
 lock_entries() {  # the lock's requirement lines and hashes for the named packages
   awk -v names=" $* " '/^[^ #]/ { split($1, r, "=="); keep = index(names, " " r[1] " ") > 0 } keep && !/^ *#/' \
     requirements.lock
 }
-damaged=$(.venv/bin/python -m farm.toolchain | cut -d' ' -f1 || true)
+damaged=$(.venv/bin/python -m farm.toolchain.pin | cut -d' ' -f1 || true)
 if [ -n "$damaged" ]; then
   echo "reinstalling (files differ from their RECORD): $damaged" >&2
   "${PIP[@]}" --require-hashes --no-deps --force-reinstall -r <(lock_entries $damaged)
-  .venv/bin/python -m farm.toolchain >&2 || { echo "still differ: see above" >&2; exit 1; }
+  .venv/bin/python -m farm.toolchain.pin >&2 || { echo "still differ: see above" >&2; exit 1; }
 fi
 if [ "${1:-}" != "--tests" ]; then
   echo "setup done: $(.venv/bin/farm --help >/dev/null && echo 'farm ready in .venv/bin/farm')"

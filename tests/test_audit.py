@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import last_line, run_farm, write_lld19_toolchain
 
-from farm.elfinfo import read_code_object
+from farm.accept.elfinfo import read_code_object
 
 
 @pytest.fixture()

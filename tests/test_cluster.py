@@ -379,9 +379,9 @@ def test_rows_run_on_worker_nodes_and_match_a_local_build(cluster: Any, project:
     assert any(line.startswith("ARMED") and "default_worker" in line for line in new), new
     # What the driver hands a worker names no path of its disk: sources by relative name, requests by value.
     from farm.build import _request
-    from farm.config import load
-    from farm.expand import fresh_rows
-    from farm.sources import collect
+    from farm.plan.sources import collect
+    from farm.table.config import load
+    from farm.table.expand import fresh_rows
 
     cfg = load(project, [])
     selected, _ = fresh_rows(cfg)

@@ -1,4 +1,4 @@
-"""LLVM codegen runs in a process of its own (farm/compile/binary_step.py), which made the RDNA
+"""LLVM codegen runs in a process of its own (farm/worker/binary_step.py), which made the RDNA
 head-dim-128 objects reproducible: before, one row gave a second variant in 2-17% of compiles."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from farm import config as config_mod
 from farm.build import _request
-from farm.compile import binary_step, isolate
-from farm.expand import fresh_rows
-from farm.sources import collect
+from farm.plan.sources import collect
+from farm.table import config as config_mod
+from farm.table.expand import fresh_rows
+from farm.worker import binary_step, isolate
 
 # The row that varied most often (README, "Reproducibility of LLVM codegen").
 ROW = ("sdpa_rdna", "gfx11-generic", "sdpa_rdna_f16_d128_mask-causal_bias-none")
@@ -48,7 +48,7 @@ def test_warm_compiles_of_the_varying_row_agree_with_a_fresh_process(problem_row
 def test_codegen_errors_come_back_with_the_server_log(tmp_path: Path) -> None:
     """A module the codegen process cannot compile fails with its log; no server is a clear error too."""
     sock = tmp_path / "binary.sock"
-    server = subprocess.Popen([sys.executable, "-m", "farm.compile.binary_step", "--serve", str(sock)],
+    server = subprocess.Popen([sys.executable, "-m", "farm.worker.binary_step", "--serve", str(sock)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=tmp_path)
     try:
         assert server.stdout is not None and server.stdout.readline()
@@ -70,7 +70,7 @@ def test_a_fork_past_its_deadline_is_killed_whatever_it_does_with_signals() -> N
     import signal
     import time
 
-    from farm.compile.forking import run_forked
+    from farm.worker.forking import run_forked
 
     def stubborn() -> int:
         signal.signal(signal.SIGALRM, signal.SIG_IGN)

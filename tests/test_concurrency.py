@@ -12,7 +12,7 @@ from pathlib import Path
 
 from conftest import SMALL_ROWS_PER_TARGET, built_copy, run_farm, small_copy
 
-from farm.lock import tree_lock
+from farm.store.lock import tree_lock
 
 
 def _farm(project: Path, *args: str) -> subprocess.Popen:
@@ -94,7 +94,7 @@ def test_push_refuses_when_the_tree_changes_between_check_and_publish(built: Pat
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "import farm.publish as p\n"
+        "import farm.publish.dvc_stage as p\n"
         "checked = p._drift\n"
         "def drift_then_write(*args):\n"
         "    result = checked(*args)\n"

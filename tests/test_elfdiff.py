@@ -1,4 +1,4 @@
-"""farm diff / farm.elfdiff: every kind of change between two real code objects is named correctly.
+"""farm diff / farm.assure.elfdiff: every kind of change between two real code objects is named correctly.
 
 Objects are real (built once by `farm build` for gfx942 and gfx950); variants are byte-level edits of
 them: a patched .comment (same size, or rebuilt larger like Debian's LLD writes it), e_flags, e_ident,
@@ -18,7 +18,7 @@ import pytest
 from conftest import copy_project, run_farm, write_lld19_toolchain
 from elftools.elf.elffile import ELFFile
 
-from farm.elfdiff import compare, render, summary, to_json
+from farm.assure.elfdiff import compare, render, summary, to_json
 
 OBJ = "rmsnorm/{target}/rmsnorm_f32_{phase}_generic.hsaco"
 KERNEL = "rmsnorm_fwd_0"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import copy_project, last_line
 
-from farm.kernel_modules import SpecFailure, check_rows
+from farm.table.kernel_modules import SpecFailure, check_rows
 
 LIMIT = {"FARM_SPEC_TIMEOUT_S": "2"}
 DOCSTRING = '    """Raise ValueError if the kernel cannot serve this knob row."""\n'  # rmsnorm's check_row

@@ -103,14 +103,14 @@ def test_new_farm_worker_module_is_an_input(tmp_path: Path) -> None:
     (project / "farm" / "compile" / "extra_step.py").write_text('"""A new step of the compile."""\nSTEP = 1\n')
     lowering = project / "farm" / "compile" / "lowering.py"
     lowering.write_text(lowering.read_text() + "\nfrom . import extra_step  # noqa: E402, F401\n")
-    assert "farm generator code farm/compile/lowering.py changed" in plan_line(project)
+    assert "farm generator code farm/worker/lowering.py changed" in plan_line(project)
     proc = farm(project, "build", "executor.standing=false")
     assert proc.returncode == 0, proc.stderr
     assert "compile/extra_step.py" in entry(project)["inputs"]["generator"]
     (project / "farm" / "compile" / "extra_step.py").write_text('"""A new step of the compile."""\nSTEP = 2\n')
     line = plan_line(project)
     assert line.split()[0] == "inputs-changed"
-    assert "farm generator code farm/compile/extra_step.py changed" in line
+    assert "farm generator code farm/worker/extra_step.py changed" in line
 
 
 def test_verifier_change_reverifies_without_recompiling(tmp_path: Path) -> None:
@@ -123,10 +123,10 @@ def test_verifier_change_reverifies_without_recompiling(tmp_path: Path) -> None:
     verify.write_text(verify.read_text() + '\n"""A docstring-only edit still counts (files are compared by hash)."""\n')
     line = plan_line(project)
     assert line.split()[0] == "reverify"
-    assert "farm verification code farm/verify.py changed: re-verifying without compiling" in line
+    assert "farm verification code farm/accept/verify.py changed: re-verifying without compiling" in line
     check = farm(project, "check")
     assert check.returncode == 1
-    assert "input drift: farm verification code farm/verify.py changed since it was built" in check.stdout
+    assert "input drift: farm verification code farm/accept/verify.py changed since it was built" in check.stdout
     proc = farm(project, "build", "executor.standing=false")
     assert proc.returncode == 0, proc.stderr
     assert "built 0, reverified 1, failed 0" in proc.stderr

@@ -16,8 +16,8 @@ import pytest
 import yaml
 from conftest import REPO, copy_project, last_line, run_farm
 
-from farm.disasm import CLASS_NAMES, _parse, classify, count_files, count_many
-from farm.private import private_dir
+from farm.core.private import private_dir
+from farm.toolchain.disasm import CLASS_NAMES, _parse, classify, count_files, count_many
 
 # One real row of every attention family (op, target, object name or None for its first row, class).
 ATTENTION_ROWS = [

@@ -46,7 +46,7 @@ def launcher_and_args(knobs):
             time.sleep(3600)
     if knobs["mode"] == "killserver":  # only ever the warm zygote (the fresh path's parent is a Ray worker)
         with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
-            if b"farm.compile.zygote" in f.read():
+            if b"farm.worker.zygote" in f.read():
                 os.kill(os.getppid(), signal.SIGKILL)
         time.sleep(3600)
     if knobs["mode"] == "abort":
@@ -99,7 +99,7 @@ def test_a_dying_compile_fails_its_row_alone(crashy_project: Path, warm: str, tm
 def test_ray_stays_on_loopback() -> None:
     import ray
 
-    from farm.executor import RayExecutor
+    from farm.execute.executor import RayExecutor
 
     with RayExecutor({"kind": "local", "num_cpus": 1, "max_retries": 0}, 60):
         nodes = ray.nodes()
@@ -121,7 +121,7 @@ def test_missing_linker_is_named_before_compiling(tmp_path: Path) -> None:
 
 def test_dead_zygotes_leave_no_directories(tmp_path: Path) -> None:
     """Ray ends workers by signal, so a zygote's private directory is swept by the next zygote instead."""
-    from farm.compile.isolate import sweep_dead_zygote_homes
+    from farm.worker.isolate import sweep_dead_zygote_homes
 
     dead_proc = subprocess.Popen(["true"])  # a pid that has exited and been reaped
     dead_proc.wait()
@@ -175,11 +175,11 @@ def test_a_dead_compile_server_is_not_reported_as_a_time_limit(crashy_project: P
 @pytest.fixture()
 def rmsnorm_request() -> Iterator[tuple[dict, dict[str, bytes]]]:
     """One real row compiled in this process's own zygote (stopped, by its pids, at the end)."""
-    from farm import config as config_mod
     from farm.build import _request
-    from farm.compile import isolate
-    from farm.expand import fresh_rows
-    from farm.sources import collect
+    from farm.plan.sources import collect
+    from farm.table import config as config_mod
+    from farm.table.expand import fresh_rows
+    from farm.worker import isolate
 
     cfg = config_mod.load(REPO, ["ops=[rmsnorm]", "targets=[gfx942]", "dtypes=[f32]"])
     rows, _ = fresh_rows(cfg)
@@ -193,7 +193,7 @@ def test_lost_linker_shim_is_recreated_and_its_error_named(rmsnorm_request: tupl
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Case 8: a temp cleaner deleting the zygote home's `ld.lld` shim failed every later compile of that
     worker, and the console showed MLIR text instead of the linker's failure."""
-    from farm.compile import isolate
+    from farm.worker import isolate
 
     request, sources = rmsnorm_request
     first = isolate.compile_isolated(request, sources, 120)
@@ -222,7 +222,7 @@ def test_lost_linker_shim_is_recreated_and_its_error_named(rmsnorm_request: tupl
 
 
 def test_cause_of_prefers_error_lines_to_mlir_text() -> None:
-    from farm.compile.isolate import cause_of
+    from farm.worker.isolate import cause_of
 
     log = ('Traceback (most recent call last):\n  File "x.py", line 1, in f\n    raise RuntimeError(x)\n'
            "RuntimeError: LLVM codegen (gpu-module-to-binary) failed in its own process (exit 1):\n"

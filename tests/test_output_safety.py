@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import built_copy, last_line, run_farm
 
-from farm.toolchain import installed
+from farm.toolchain.pin import installed
 
 TARGET = "gfx942"
 SEL = f"targets=[{TARGET}]"
@@ -147,7 +147,7 @@ def test_private_directory_planted_as_symlink_is_refused(tmp_path: Path) -> None
     tmp.mkdir()
     (tmp_path / "attacker").mkdir()
     (tmp / f"farm-{os.getuid()}").symlink_to(tmp_path / "attacker")
-    code = "from farm.private import private_dir; private_dir('toolchain-cache')"
+    code = "from farm.core.private import private_dir; private_dir('toolchain-cache')"
     proc = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, TMPDIR=str(tmp)),
                           capture_output=True, text=True)
     assert proc.returncode != 0 and "is a symlink" in proc.stderr
@@ -178,7 +178,7 @@ def test_disk_full_while_writing_is_one_clear_error(built: Path, tmp_path: Path)
     others = {p.name: p.read_bytes() for p in obj.parent.iterdir()}
     code = (
         "import errno, os, sys\n"
-        "import farm.outtree as t\n"
+        "import farm.store.outtree as t\n"
         "def full(self, name, data):\n"
         "    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), name)\n"
         "t.OutputDir.write_atomic = full\n"
@@ -208,8 +208,8 @@ def test_non_utf8_instance_table_is_one_clear_error(tmp_path: Path, small_projec
 @pytest.mark.parametrize("field,value", [("name", "../escape"), ("target", "/abs"), ("op", "")])
 def test_instance_row_with_unsafe_name_is_refused(tmp_path: Path, small_project: Path, field: str,
                                                   value: str) -> None:
-    from farm.errors import FarmError
-    from farm.rows import Row
+    from farm.core.errors import FarmError
+    from farm.table.rows import Row
 
     row = {"op": "rmsnorm", "target": TARGET, "name": "x", "group": "g", "knobs": {}, "allow": {}}
     with pytest.raises(FarmError, match="safe alphabet"):

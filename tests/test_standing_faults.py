@@ -19,8 +19,8 @@ import psutil
 import pytest
 from conftest import run_farm, small_copy
 
-from farm import executor, standing
-from farm.compile.isolate import short_private_dir
+from farm.execute import executor, standing
+from farm.worker.isolate import short_private_dir
 
 TARGET = "gfx942"
 ROW = "names=[rmsnorm_f32_infer_generic]"
@@ -86,7 +86,7 @@ def test_stale_state_foreign_pid_is_never_signalled(tmp_path: Path) -> None:
         # The old format (a bare pid), and the new one whose start time and command line do not match.
         for state in ({"pid": foreign.pid, "address": "127.0.0.1:1", "num_cpus": 1},
                       {"pid": foreign.pid, "daemon": {"pid": foreign.pid, "started": me.create_time() - 100,
-                                                      "cmdline": [sys.executable, "-m", "farm.standing"]},
+                                                      "cmdline": [sys.executable, "-m", "farm.execute.standing"]},
                        "processes": [executor.identity(me) | {"started": me.create_time() - 100}],
                        "address": "127.0.0.1:1", "num_cpus": 1}):
             _write_state(project, state)
@@ -113,7 +113,7 @@ def test_stale_state_foreign_pid_is_never_signalled(tmp_path: Path) -> None:
 
 def test_dead_cluster_falls_back_to_a_private_one_without_hanging(project: Path, tmp_path: Path) -> None:
     """Case 5: builds hung for minutes on a cluster whose Ray was gone while its state said it was up."""
-    from farm.digest import generator_digest
+    from farm.plan.digest import generator_digest
 
     fake = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # a live 'daemon'
     with socket.socket() as s:  # a loopback port nobody listens on
@@ -145,7 +145,7 @@ def _zygote_homes(state: dict) -> list[Path]:
     homes = []
     for proc in state["processes"]:
         cmd = proc["cmdline"]
-        if "farm.compile.binary_step" in cmd and "--serve" in cmd:
+        if "farm.worker.binary_step" in cmd and "--serve" in cmd:
             homes.append(Path(cmd[cmd.index("--serve") + 1]).parent)
     return homes
 
@@ -201,7 +201,7 @@ def test_down_ends_the_daemon_group_and_its_ray_when_sigterm_fails(project: Path
 
 def test_num_cpus_is_validated_before_ray_starts(project: Path) -> None:
     """Case 13: executor.num_cpus=abc failed inside Ray with the hint `check executor.address`."""
-    from farm.errors import FarmError
+    from farm.core.errors import FarmError
 
     for args in (("build", f"targets=[{TARGET}]", "executor.num_cpus=abc"),
                  ("cluster", "up", "executor.num_cpus=0")):

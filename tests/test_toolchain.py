@@ -14,8 +14,8 @@ import pytest
 import yaml
 from conftest import REPO, copy_project, run_farm, small_copy
 
-from farm.errors import FarmError
-from farm.toolchain import (
+from farm.core.errors import FarmError
+from farm.toolchain.pin import (
     CONTENT_DISTRIBUTIONS,
     compile_part,
     differences,

@@ -1,1 +1,0 @@
-"""Compiling one row in isolation: the child process (worker, lowering) and its parent (isolate)."""

@@ -1,0 +1,113 @@
+"""Which selected rows are up to date, and why each other one must build."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from farm.core.canonical import sha256_bytes
+from farm.plan.digest import current_inputs, input_changes
+from farm.plan.sources import Tree, shipped_names
+from farm.store import manifest
+from farm.store.outtree import OutputDir
+from farm.table.config import FarmConfig
+from farm.table.rows import Row
+
+UP_TO_DATE = "up-to-date"
+# Only the farm's verification code changed: the existing object is verified again and its entry
+# re-recorded, without compiling (farm/build.py `reverify`).
+REVERIFY = "reverify"
+REVERIFY_NOTE = "re-verifying without compiling"
+
+
+@dataclass(frozen=True)
+class Decision:
+    row: Row
+    status: str  # up-to-date | new | missing | tampered | inputs-changed | reverify
+    reason: str
+
+    @property
+    def builds(self) -> bool:
+        """It needs work: a compile, or (status reverify) a new verification of the object on disk."""
+        return self.status != UP_TO_DATE
+
+    @property
+    def compiles(self) -> bool:
+        return self.builds and self.status != REVERIFY
+
+
+@dataclass(frozen=True)
+class DirectoryState:
+    """What one outputs/<op>/<target>/ holds, read safely: the manifest's valid entries, the SHA256 of each
+    regular file there, and why the whole directory must rebuild (an unreadable or hostile manifest)."""
+
+    entries: dict[str, dict[str, Any]]
+    sha256: dict[str, str]
+    kinds: dict[str, str]
+    broken: str | None
+
+
+def read_directory(cfg: FarmConfig, op: str, target: str) -> DirectoryState:
+    with OutputDir(cfg.outputs_dir, op, target) as out:
+        try:
+            listing = manifest.read(out)
+        except manifest.ManifestUnreadable as exc:
+            return DirectoryState({}, {}, {}, exc.what)
+        kinds = {name: out.kind(name) or "absent" for name in listing.entries}
+        hashes = {}
+        for name in listing.entries:
+            data = out.read_bytes(name)
+            if data is not None:
+                hashes[name] = sha256_bytes(data)
+    broken = None
+    if listing.bad:
+        more = f" (and {len(listing.bad) - 1} more)" if len(listing.bad) > 1 else ""
+        broken = f"manifest has an entry the farm would never write: {listing.bad[0]}{more}"
+    return DirectoryState(listing.entries, hashes, kinds, broken)
+
+
+def decide(cfg: FarmConfig, rows: list[Row]) -> list[Decision]:
+    tree = Tree.of(shipped_names(cfg.kernels_dir))  # what a build would ship now: the lookups' answers
+    decisions = []
+    cache: dict[tuple[str, str], DirectoryState] = {}
+    for row in rows:
+        key = (row.op, row.target)
+        if key not in cache:  # one manifest read per directory, not per row
+            cache[key] = read_directory(cfg, row.op, row.target)
+        state = cache[key]
+        entry = state.entries.get(row.file_name)
+        kind = state.kinds.get(row.file_name)
+        if state.broken:
+            decisions.append(Decision(row, "tampered", state.broken))
+        elif entry is None:
+            there = (manifest.directory(cfg, row.op, row.target) / row.file_name).exists()
+            decisions.append(Decision(row, "new", "no manifest entry" + (" (an unrecorded file is there)"
+                                                                         if there else "")))
+        elif kind != "file":
+            what = "is not on disk" if kind == "absent" else f"is a {kind}, not a regular file"
+            decisions.append(Decision(row, "missing", f"{row.file_name} {what}"))
+        elif state.sha256.get(row.file_name) != entry.get("sha256"):
+            decisions.append(Decision(row, "tampered", f"{row.file_name} SHA256 differs from its manifest entry"))
+        else:
+            decisions.append(_by_inputs(cfg, row, entry.get("inputs"), tree))
+    return decisions
+
+
+def _by_inputs(cfg: FarmConfig, row: Row, recorded: Any, tree: Tree) -> Decision:
+    """Up to date, re-verify (only verification code changed) or inputs-changed, with every change named."""
+    recorded = recorded if isinstance(recorded, dict) else {}
+    changes = input_changes(recorded, current_inputs(cfg, row, tree, recorded))
+    reason = "; ".join(c.reason for c in changes)
+    if not changes:
+        return Decision(row, UP_TO_DATE, "")
+    if all(c.verify_only for c in changes):
+        return Decision(row, REVERIFY, f"{reason}: {REVERIFY_NOTE}")
+    return Decision(row, "inputs-changed", reason)
+
+
+def summary_line(decisions: list[Decision]) -> str:
+    counts = Counter(d.status for d in decisions)
+    up = counts.get(UP_TO_DATE, 0)
+    again = f" reverify={counts[REVERIFY]}" if counts.get(REVERIFY) else ""
+    return f"rows={len(decisions)} up_to_date={up} to_build={len(decisions) - up}{again}"

@@ -1,0 +1,200 @@
+"""Input digests: what a row's object depends on, recorded so a change can be named.
+
+A row's recorded inputs (manifest entry `inputs`):
+- knobs, allow, op, target, toolchain: the row and the config it was built with;
+- sources {rel: SHA256}: every file under kernels_src/ the compile opened or imported;
+- lookups {lookup: [found]}: every lookup the compile made under kernels_src/ whose outcome depends on
+  which files exist (farm/plan/sources.py `lookup_state`): each module the import system looked for in a
+  directory there (hits and misses), each directory other code listed, each absent file it tried to open;
+- generator {farm rel path: SHA256}: the farm code that made the bytes, as recorded by the compile (every
+  farm module the compile process loaded, and the code that prepared it: farm/worker/isolate.py);
+- verifier {farm rel path: SHA256}: the farm code whose functions ran while the driver verified and
+  recorded the object (`CodeRecorder` around the build's acceptance): verify.py, elfinfo.py, disasm.py,
+  the acceptance in build.py, and whatever they call. A change there (a docstring edit too: files are
+  compared by hash) re-verifies the existing object without compiling it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from farm.core.canonical import digest_of, sha256_file
+from farm.plan.sources import Tree, lookup_state, path_ok
+from farm.table.config import FarmConfig
+from farm.table.rows import Row
+from farm.worker.main import FARM_DIR, farm_rel
+
+# Keys of a row's inputs that only the driver's verification decides (no compile needed when they change).
+VERIFY_KEYS = ("verifier",)
+
+
+def generator_digest() -> str:
+    """The identity of this farm checkout's code (every module): a standing cluster started from other
+    code is not used. What each row depends on is recorded per file instead (`inputs_of`)."""
+    files = sorted(p for p in FARM_DIR.rglob("*.py") if "__pycache__" not in p.parts)
+    return digest_of({p.relative_to(FARM_DIR).as_posix(): sha256_file(p) for p in files})
+
+
+def farm_path_ok(rel: object) -> bool:
+    """A recorded farm file name: a plain relative path to a .py file inside the farm package."""
+    return path_ok(rel) and str(rel).endswith(".py")
+
+
+def farm_hashes(rels: Any) -> dict[str, str | None]:
+    """Current SHA256 of each recorded farm file (None when it is gone or its name is not a farm file)."""
+    out: dict[str, str | None] = {}
+    for rel in sorted(rels) if isinstance(rels, dict) else []:
+        path = FARM_DIR / rel if farm_path_ok(rel) else None
+        out[rel] = sha256_file(path) if path is not None and path.is_file() else None
+    return out
+
+
+class CodeRecorder:
+    """While active, records the farm source files whose functions run on this thread (sys.setprofile).
+    Files are what it reports: the set is the same for every row that takes the same path."""
+
+    def __init__(self) -> None:
+        self.filenames: set[str] = set()
+        self.previous: Any = None
+
+    def __enter__(self) -> CodeRecorder:
+        self.previous = sys.getprofile()
+        sys.setprofile(self._profile)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.setprofile(self.previous)
+
+    def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            self.filenames.add(frame.f_code.co_filename)
+        if self.previous is not None:  # a profiler that was already running keeps working
+            self.previous(frame, event, arg)
+
+    def files(self) -> dict[str, str]:
+        rels = {rel for rel in (farm_rel(name) for name in self.filenames) if rel is not None}
+        return {rel: hashlib.sha256((FARM_DIR / rel).read_bytes()).hexdigest() for rel in sorted(rels)}
+
+
+def source_hashes(kernels_dir: Path, rels: list[str] | dict[str, Any]) -> dict[str, str | None]:
+    """Current SHA256 of each recorded source file (None when it no longer exists)."""
+    out: dict[str, str | None] = {}
+    for rel in sorted(rels):
+        # A recorded name is data: one that is not a plain relative path inside kernels_src/ is never opened.
+        path = kernels_dir / rel if source_path_ok(rel) else None
+        out[rel] = sha256_file(path) if path is not None and path.is_file() else None
+    return out
+
+
+source_path_ok = path_ok
+
+
+@dataclass(frozen=True)
+class CompileRecord:
+    """What the compile of a row consulted and ran (the compile-side part of its inputs)."""
+
+    sources: dict[str, Any]
+    lookups: dict[str, Any]
+    generator: dict[str, Any]
+
+    @classmethod
+    def of_result(cls, result: dict[str, Any], tree: Tree) -> CompileRecord:
+        """From a worker's result; its lookups are evaluated against the files that build shipped."""
+        lookups = {key: lookup_state(tree, key) for key in result.get("lookups") or [] if isinstance(key, str)}
+        return cls(dict(result.get("sources") or {}), lookups, dict(result.get("generator") or {}))
+
+    @classmethod
+    def of_entry(cls, inputs: dict[str, Any]) -> CompileRecord:
+        """As recorded in a manifest entry (a re-verify keeps it)."""
+        return cls(*(inputs.get(key) if isinstance(inputs.get(key), dict) else {}
+                     for key in ("sources", "lookups", "generator")))
+
+    @classmethod
+    def current(cls, kernels_dir: Path, tree: Tree, inputs: dict[str, Any]) -> CompileRecord:
+        """The recorded files and lookups, evaluated against kernels_src/ and the farm code as they are now."""
+        recorded = cls.of_entry(inputs)
+        return cls(source_hashes(kernels_dir, recorded.sources),
+                   {key: lookup_state(tree, key) for key in sorted(recorded.lookups)},
+                   farm_hashes(recorded.generator))
+
+
+def inputs_of(cfg: FarmConfig, row: Row, compiled: CompileRecord, verifier: dict[str, Any]) -> dict[str, Any]:
+    """The recorded inputs of a row: knobs, op and target identity, farm code, sources, lookups, toolchain."""
+    return {
+        "knobs": row.knobs,
+        "allow": row.allow,
+        "op": digest_of(cfg.ops[row.op].compile_identity()),
+        "target": digest_of(cfg.targets[row.target].as_dict()),
+        "generator": dict(sorted(compiled.generator.items())),
+        "verifier": dict(sorted(verifier.items())),
+        "sources": dict(sorted(compiled.sources.items())),
+        "lookups": dict(sorted(compiled.lookups.items())),
+        "toolchain": digest_of(cfg.toolchain_pin),
+    }
+
+
+def current_inputs(cfg: FarmConfig, row: Row, tree: Tree, recorded: dict[str, Any]) -> dict[str, Any]:
+    """What the row's recorded inputs are today (same files, same lookups, today's contents)."""
+    verifier = recorded.get("verifier")
+    return inputs_of(cfg, row, CompileRecord.current(cfg.kernels_dir, tree, recorded),
+                     farm_hashes(verifier) if isinstance(verifier, dict) else {})
+
+
+@dataclass(frozen=True)
+class InputChange:
+    key: str  # the inputs key that differs
+    reason: str  # names the exact file or lookup when there is one
+
+    @property
+    def verify_only(self) -> bool:
+        return self.key in VERIFY_KEYS
+
+
+def input_changes(recorded: dict[str, Any], current: dict[str, Any]) -> list[InputChange]:
+    """Everything that differs between two input records, most specific first."""
+    changes = _file_changes(recorded, current, "sources", "source kernels_src/")
+    changes += _lookup_changes(recorded.get("lookups"), current.get("lookups"))
+    changes += _file_changes(recorded, current, "generator", "farm generator code farm/")
+    changes += _file_changes(recorded, current, "verifier", "farm verification code farm/")
+    labels = {"knobs": "row knobs", "allow": "resource rules", "op": "op config", "target": "target config",
+              "generator": "farm generator code", "verifier": "farm verification code", "lookups": "lookups",
+              "toolchain": "toolchain pin"}
+    named = {c.key for c in changes}
+    for key, label in labels.items():
+        if key not in named and recorded.get(key) != current.get(key):
+            changes.append(InputChange(key, f"{label} changed"))
+    return changes
+
+
+def changed_inputs(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Name what differs between two input records, most specific first."""
+    return [c.reason for c in input_changes(recorded, current)]
+
+
+def _file_changes(recorded: dict[str, Any], current: dict[str, Any], key: str, label: str) -> list[InputChange]:
+    was, now = recorded.get(key), current.get(key)
+    if not isinstance(was, dict) or not isinstance(now, dict):
+        return []
+    return [InputChange(key, f"{label}{rel} {'removed' if now.get(rel) is None else 'changed'}")
+            for rel in sorted(set(was) | set(now)) if was.get(rel) != now.get(rel)]
+
+
+def _lookup_changes(was: Any, now: Any) -> list[InputChange]:
+    """One change per lookup whose outcome differs, naming each path created or removed there."""
+    if not isinstance(was, dict) or not isinstance(now, dict):
+        return []
+    changes = []
+    for key in sorted(set(was) | set(now)):
+        before = was.get(key) if isinstance(was.get(key), list) else []
+        after = now.get(key) if isinstance(now.get(key), list) else []
+        if before == after:
+            continue
+        paths = [f"kernels_src/{p} created" for p in sorted(set(map(str, after)) - set(map(str, before)))]
+        paths += [f"kernels_src/{p} removed" for p in sorted(set(map(str, before)) - set(map(str, after)))]
+        changes.append(InputChange("lookups", f"{', '.join(paths) or 'lookup result changed'} ({key!r})"))
+    return changes

@@ -1,0 +1,187 @@
+"""Per-directory manifest.json and SOURCE.md under outputs/<op>/<target>/.
+
+Both are pure functions of the objects, their rows, their recorded inputs and the toolchain pin,
+so rebuilding from the same inputs gives the same bytes, and `farm check` can re-derive them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from farm.core.canonical import canonical_json, digest_of
+from farm.core.errors import FarmError
+from farm.store.outtree import MANIFEST, OBJECT_SUFFIX, PROVENANCE, OutputDir, object_name_problem
+from farm.table.config import FarmConfig
+from farm.vendoring.lock import vendored_sources
+
+SCHEMA = 2  # 2: instruction classes per object and per kernel
+
+
+def directory(cfg: FarmConfig, op: str, target: str) -> Path:
+    return cfg.outputs_dir / op / target
+
+
+def object_entry(row_json: dict[str, Any], file: str, sha256: str, size: int, inputs: dict[str, Any],
+                 described: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "file": file,
+        "sha256": sha256,
+        "size": size,
+        "name": row_json["name"],
+        "group": row_json["group"],
+        "knobs": row_json["knobs"],
+        "allow": row_json["allow"],
+        "input_digest": digest_of(inputs),
+        "inputs": inputs,
+        **described,
+    }
+
+
+def render(cfg: FarmConfig, op: str, target: str, entries: dict[str, dict[str, Any]]) -> str:
+    return canonical_json({
+        "schema": SCHEMA,
+        "op": op,
+        "target": cfg.targets[target].as_dict(),
+        "toolchain": cfg.toolchain_pin,
+        "objects": [entries[f] for f in sorted(entries)],
+    })
+
+
+class ManifestUnreadable(FarmError):
+    pass
+
+
+def parse(text: str | bytes, where: Path) -> dict[str, Any]:
+    """A manifest's structure; ManifestUnreadable when it is not a manifest at all."""
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict) or not isinstance(data.get("objects"), list):
+            raise ValueError("no objects list")
+        for entry in data["objects"]:
+            if not isinstance(entry, dict) or "file" not in entry:
+                raise ValueError("an object entry has no file")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ManifestUnreadable(f"{where}: not a readable manifest ({exc})",
+                                 "rebuild the directory: farm build (its objects will be rebuilt)") from None
+    return data
+
+
+def load(path: Path) -> dict[str, Any] | None:
+    """The parsed manifest at `path` (for comparing two trees), None when absent."""
+    if not path.is_file():
+        return None
+    return parse(path.read_bytes(), path)
+
+
+def entry_problems(data: dict[str, Any], where: Path) -> list[str]:
+    """One line per entry whose `file` is not a name the farm gives an object (a path, `..`, not a
+    string, not its own `name` + .hsaco, a duplicate). Such an entry is data the farm never acts on."""
+    problems, seen = [], set()
+    for i, entry in enumerate(data["objects"]):
+        file = entry.get("file")
+        problem = object_name_problem(file)
+        if problem is None and file != f"{entry.get('name')}{OBJECT_SUFFIX}":
+            problem = f"file name {file!r} is not the entry's own name {entry.get('name')!r} + {OBJECT_SUFFIX}"
+        if problem is None and file in seen:
+            problem = f"file name {file!r} is listed twice"
+        if problem is not None:
+            problems.append(f"{where}: objects[{i}]: {problem}")
+        else:
+            seen.add(file)
+    return problems
+
+
+def entries_of(data: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """The entries keyed by file name, only those whose name is valid (see `entry_problems`)."""
+    if data is None:
+        return {}
+    return {e["file"]: e for e in data["objects"] if object_name_problem(e.get("file")) is None
+            and e["file"] == f"{e.get('name')}{OBJECT_SUFFIX}"}
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A directory's manifest as read: its data (None when absent), the valid entries, and the bad ones."""
+
+    data: dict[str, Any] | None
+    text: bytes | None
+    entries: dict[str, dict[str, Any]]
+    bad: list[str]
+
+
+def read(out: OutputDir) -> Listing:
+    """Read `manifest.json` of an opened directory (never through a symlink); ManifestUnreadable when it
+    is there but is not a manifest."""
+    where = out.path / MANIFEST
+    kind = out.kind(MANIFEST)
+    if kind is None:
+        return Listing(None, None, {}, [])
+    text = out.read_bytes(MANIFEST)
+    if text is None:
+        raise ManifestUnreadable(f"{where}: a {kind}, not a regular file",
+                                 f"remove {where}; `farm build` rebuilds the directory")
+    data = parse(text, where)
+    return Listing(data, text, entries_of(data), entry_problems(data, where))
+
+
+def render_source_md(cfg: FarmConfig, op: str, target: str, entries: dict[str, dict[str, Any]]) -> str:
+    """Provenance of a directory: which sources, which toolchain, how to rebuild it."""
+    sources: dict[str, str] = {}
+    for entry in entries.values():
+        sources.update(entry.get("inputs", {}).get("sources", {}))
+    family = cfg.ops[op].family if op in cfg.ops else op
+    pin = cfg.toolchain_pin
+    lines = [
+        f"# {op} for {target}: provenance",
+        "",
+        f"{len(entries)} code objects, built by the kernel farm from this project's sources.",
+        f"Kernel family notes (origin, verification): `kernels_src/{family}/SOURCE.md`.",
+        "",
+        "## Kernel sources read by the compiles (SHA256)",
+        "",
+        *[f"- `kernels_src/{rel}` {sha}" for rel, sha in sorted(sources.items())],
+        "",
+        *_vendored_section(cfg, sources),
+        "## Toolchain",
+        "",
+        f"- flydsl {pin.get('flydsl')}, Python {pin.get('python')}",
+        f"- linker: {pin.get('linker', {}).get('version')} from {pin.get('linker', {}).get('package')}"
+        f" (sha256 {pin.get('linker', {}).get('sha256')})",
+        "",
+        "## Rebuild and verify",
+        "",
+        "```",
+        f"farm build ops=[{op}] targets=[{target}]",
+        f"farm check ops=[{op}] targets=[{target}]",
+        "```",
+        "",
+        "These objects were compiled and inspected (target, e_flags, symbols, registers, LDS, scratch),",
+        "never run: the farm has no GPU.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _vendored_section(cfg: FarmConfig, sources: dict[str, str]) -> list[str]:
+    """The recorded sources that were vendored from upstream projects (none: no section, same bytes as before)."""
+    vendored = vendored_sources(cfg.kernels_dir, sources)
+    if not vendored:
+        return []
+    return [
+        "## Vendored sources (kernels_src/VENDOR.lock.json)",
+        "",
+        *[f"- `kernels_src/{v['file']}`: {v['upstream']} `{v['path']}` at commit {v['commit']} ({v['url']}, "
+          f"{v['license']}; local modifications: {'; '.join(m['why'] for m in v['modifications']) or 'none'})"
+          for v in vendored],
+        "",
+    ]
+
+
+def write_directory(cfg: FarmConfig, out: OutputDir, op: str, target: str,
+                    entries: dict[str, dict[str, Any]]) -> None:
+    """Write manifest.json then SOURCE.md, each atomically, inside the opened directory."""
+    out.write_atomic(MANIFEST, render(cfg, op, target, entries).encode())
+    out.write_atomic(PROVENANCE, render_source_md(cfg, op, target, entries).encode())

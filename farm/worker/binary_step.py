@@ -1,0 +1,183 @@
+"""LLVM code generation (`gpu-module-to-binary`) in a small process of its own.
+
+FlyDSL's bundled LLVM does not give the same bytes for some modules when its codegen runs inside
+the process that traced and lowered the kernel: a few head-dim-128 `sdpa_rdna` objects came out in
+a second variant in 2-17% of compiles (README, "Reproducibility of LLVM codegen"). The MLIR and LLVM
+IR going in were identical; the difference comes from LLVM's loop optimisations and depends on the
+state the compile process reached before codegen. The same module text, parsed and compiled in a
+process that had done nothing else, gave one output every time (measured: 40 fresh interpreters and
+60 forks of such a server, 30 of them after scrambling its heap).
+
+So the compile process stops before `gpu-module-to-binary`, prints the module, and this step parses
+it and runs that one pass in a process whose whole history is the same for every row: a fork of a
+server that only imported FlyDSL's compiler (`serve`; it never traces a kernel), or a fresh
+interpreter (`main`).
+The resulting `gpu.binary` op replaces the `gpu.module` in the compile process (FlyDSL's own
+external-codegen helper), and FlyDSL continues as usual.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from farm.worker.forking import run_forked
+
+BINARY_PASS = "gpu-module-to-binary"
+SERVER_ENV = "FARM_BINARY_SERVER"  # the compile child's way to its worker's binary server (a socket path)
+CHILD_TIME_LIMIT_S = 1800  # a codegen child past this ends (its compile process has long timed out)
+# The row's deadline (Unix time), set by the parent (isolate.py) in the compile's environment: the
+# server kills a codegen child still running past it, so a hung codegen never blocks the next row.
+DEADLINE_ENV = "FARM_ROW_DEADLINE"
+DEADLINE_GRACE_S = 2.0
+
+
+def _seconds_left(deadline_unix: float | None) -> float | None:
+    return None if deadline_unix is None else max(0.0, deadline_unix - time.time()) + DEADLINE_GRACE_S
+
+
+def codegen(module_text: str, fragment: str) -> str:
+    """Parse `module_text`, run the binary fragment, return the module (now holding gpu.binary) as text."""
+    from flydsl._mlir import ir
+    from flydsl._mlir.passmanager import PassManager
+    from flydsl.compiler.jit_function import _create_mlir_context
+
+    with _create_mlir_context():
+        module = ir.Module.parse(module_text)
+        PassManager.parse(f"builtin.module({fragment})").run(module.operation)
+        return module.operation.get_asm()
+
+
+def _job_files(work: Path) -> tuple[Path, Path, Path, Path]:
+    return work / "binary-in.mlir", work / "binary-out.mlir", work / "binary-job.json", work / "binary.log"
+
+
+def run_in_own_process(module_text: str, fragment: str, work: Path) -> str:
+    """The compile process's side: hand the module to the binary server (or a fresh interpreter)."""
+    src, out, job_path, log_path = _job_files(work)
+    src.write_text(module_text)
+    deadline = float(os.environ[DEADLINE_ENV]) if os.environ.get(DEADLINE_ENV) else None
+    job_path.write_text(json.dumps({"input": str(src), "output": str(out), "fragment": fragment,
+                                    "log": str(log_path), "deadline_unix": deadline}))
+    server = os.environ.get(SERVER_ENV)
+    if server:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            try:
+                conn.connect(server)
+            except OSError as exc:
+                raise RuntimeError(f"LLVM codegen server {server} unreachable ({exc}): its worker's compile "
+                                   "server pair is gone; the row is retried by the next build") from None
+            conn.sendall((str(job_path) + "\n").encode())
+            reply = conn.makefile("r").readline()
+        code = json.loads(reply)["returncode"] if reply else None
+        log = log_path.read_text(errors="replace") if log_path.is_file() else ""
+    else:
+        try:
+            proc = subprocess.run([sys.executable, "-m", "farm.worker.binary_step", str(job_path)],
+                                  env=dict(os.environ), capture_output=True, text=True,
+                                  timeout=_seconds_left(deadline))
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"LLVM codegen ({BINARY_PASS}) passed the row's time limit") from None
+        code, log = proc.returncode, proc.stdout + proc.stderr
+    if code != 0 or not out.is_file():
+        raise RuntimeError(f"LLVM codegen ({BINARY_PASS}) failed in its own process (exit {code}):\n{log}")
+    return out.read_text()
+
+
+def _run_job(job_path: str) -> int:
+    job = json.loads(Path(job_path).read_text())
+    text = codegen(Path(job["input"]).read_text(), job["fragment"])
+    Path(job["output"]).write_text(text)
+    return 0
+
+
+def install(work: Path) -> None:
+    """In the compile process: FlyDSL's pipeline runs everything before the binary pass here and the
+    binary pass in its own process."""
+    from flydsl._mlir import ir
+    from flydsl.compiler import external_llvm, jit_function
+
+    original = jit_function._run_pipeline
+
+    def run_pipeline(module: Any, fragments: list, **kwargs: Any) -> None:
+        if not fragments or not fragments[-1].strip().startswith(BINARY_PASS):
+            return original(module, fragments, **kwargs)
+        original(module, fragments[:-1], **kwargs)
+        text = run_in_own_process(module.operation.get_asm(), fragments[-1], work)
+        external_llvm._replace_gpu_module_with_binary_op(module, ir.Module.parse(text, context=module.context))
+        module.operation.verify()
+
+    jit_function._run_pipeline = run_pipeline
+
+
+def _run_child(job_path: str) -> int:
+    """In the forked child: its output goes to the job's log, and it has a time limit of its own."""
+    import gc
+    import signal
+
+    gc.disable()
+    signal.alarm(CHILD_TIME_LIMIT_S)
+    fd = os.open(json.loads(Path(job_path).read_text())["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    return _run_job(job_path)
+
+
+def serve(socket_path: str) -> None:
+    """The binary server: import the MLIR bindings once, then fork one child per job. Each child starts
+    from the same state, so codegen sees the same process history for every row. Ends when its
+    parent (the worker) closes stdin."""
+    import gc
+    import selectors
+
+    from flydsl._mlir import ir  # noqa: F401  (the imports, done once)
+    from flydsl._mlir.passmanager import PassManager  # noqa: F401
+    from flydsl.compiler.jit_function import _create_mlir_context  # noqa: F401
+
+    gc.collect()
+    gc.freeze()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_path)
+    listener.listen(8)
+    sys.stdout.write(json.dumps({"ready": True}) + "\n")
+    sys.stdout.flush()
+    events = selectors.DefaultSelector()
+    events.register(listener, selectors.EVENT_READ)
+    events.register(sys.stdin, selectors.EVENT_READ)
+    while True:
+        for key, _ in events.select():
+            if key.fileobj is sys.stdin:
+                if not sys.stdin.readline():
+                    return
+                continue
+            conn, _ = listener.accept()
+            with conn:
+                job_path = conn.makefile("r").readline().strip()
+                code = run_forked(lambda job_path=job_path: _run_child(job_path), deadline=_deadline_of(job_path))
+                conn.sendall((json.dumps({"returncode": code}) + "\n").encode())
+
+
+def _deadline_of(job_path: str) -> float | None:
+    """The job's deadline on this process's monotonic clock (None: no deadline, or no readable job)."""
+    try:
+        left = _seconds_left(json.loads(Path(job_path).read_text()).get("deadline_unix"))
+    except (OSError, ValueError, AttributeError):
+        return None
+    return None if left is None else time.monotonic() + left
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--serve"]:
+        serve(argv[1])
+        return 0
+    return _run_job(argv[0])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,167 @@
+"""Inside the isolated compile process: trace one row with FlyDSL and return the ELF bytes.
+
+Everything here relies on flydsl==0.3.4 behaviour, measured on this farm's machines; re-check it when the pin moves:
+- COMPILE_ONLY=1 makes a @flyc.jit launcher trace and compile without launching;
+- the compiled module is kept on the launcher (`_last_compiled`), its `gpu.binary` op holds the ELF;
+- MLIR's convert-gpu-to-rocdl rejects generic chipsets, so that one fragment is lowered for the
+  family's lowest member while rocdl-attach-target keeps the generic name;
+- FlyDSL stamps the gpu.module with a target (`#rocdl.target<chip=...>`) and rocdl-attach-target adds
+  a second one on wave32 targets (`flags = {no_wave64}`): the module would hold two code objects, the
+  first one compiled wave64. The farm leaves the attach pass as the only source of targets.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from farm.worker import binary_step
+
+
+def patch_lowering_chipset(target_name: str, chipset: str) -> None:
+    """Lower with `chipset` while the object stays stamped `target_name` (no-op for concrete targets)."""
+    if chipset == target_name:
+        return
+    from flydsl.compiler.backends import rocm
+
+    original = rocm.RocmBackend._pipeline_parts
+
+    def pipeline_parts(self: Any, *, compile_hints: dict) -> tuple[list[str], str]:
+        pre, binary = original(self, compile_hints=compile_hints)
+        needle = f"chipset={self.target.arch} "
+        if not any(needle in fragment for fragment in pre):
+            raise RuntimeError(f"flydsl pipeline has no '{needle.strip()}' fragment to lower for {chipset}; "
+                               "the generic-target patch in farm/worker/lowering.py needs updating")
+        return [f.replace(needle, f"chipset={chipset} ") for f in pre], binary
+
+    rocm.RocmBackend._pipeline_parts = pipeline_parts
+
+
+def attach_target_only() -> None:
+    """Create gpu.modules without targets, so rocdl-attach-target alone decides (one object)."""
+    from flydsl.compiler.backends import rocm
+
+    rocm.RocmBackend.gpu_module_targets = lambda self: []
+
+
+def elf_from_compiled(launcher: Any) -> bytes:
+    """The single code object inside the launcher's last compiled module."""
+    from flydsl._mlir import ir
+    from flydsl._mlir.dialects import gpu
+    from flydsl.compiler.jit_function import _create_mlir_context
+
+    last = getattr(launcher, "_last_compiled", None)
+    if not last:
+        raise RuntimeError("the generator's launcher compiled nothing (is it a @flyc.jit function?)")
+    text = last[1]._ir_text
+    objects: list[bytes] = []
+    with _create_mlir_context():
+        module = ir.Module.parse(text)
+        for op in module.body.operations:
+            if op.operation.name == "gpu.binary":
+                objects += [bytes(gpu.ObjectAttr(a).object) for a in op.operation.attributes["objects"]]
+    if len(objects) != 1:
+        raise RuntimeError(f"expected one code object in the compiled module, found {len(objects)}")
+    return objects[0]
+
+
+# How the compile's reads and lookups under the kernels root are recorded (farm/plan/sources.py `lookup_state`
+# re-evaluates each lookup against a tree): "import D/N" (the path-based finder looked for module N in
+# directory D), "list D" (code other than the import system listed D), "open P" (P was opened but absent).
+IMPORT, LIST, OPEN = "import", "list", "open"
+
+
+@dataclass(frozen=True)
+class Consulted:
+    """What one compile consulted under the kernels root, as paths relative to it (sorted, deduplicated)."""
+
+    read: list[str]  # files it opened or imported
+    lookups: list[str]  # lookups whose outcome depends on what exists: hits and misses alike
+
+
+class _LookupFinder:
+    """First on sys.meta_path: notes every directory under the kernels root that the path-based finder is
+    about to search for a module, then declines, so the normal finders go on exactly as before."""
+
+    def __init__(self, recorder: SourceRecorder) -> None:
+        self.recorder = recorder
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        tail = fullname.rpartition(".")[2]
+        for entry in list(sys.path if path is None else path):
+            rel = self.recorder.relative(os.path.join(os.getcwd(), entry or "."))
+            if rel is not None:
+                self.recorder.lookups.add(f"{IMPORT} {tail if rel == '.' else rel + '/' + tail}")
+        return None
+
+
+class SourceRecorder:
+    """Records every file under the kernels root that this process opens or imports, every module lookup
+    the import system makes there (found or not), every directory other code lists, and every absent file
+    it tried to open."""
+
+    def __init__(self, root: Path) -> None:
+        self.base = str(root.resolve())
+        self.root = self.base + os.sep
+        self.opened: set[str] = set()
+        self.lookups: set[str] = set()
+        # Modules already loaded (FlyDSL, torch: thousands) cannot be kernel sources; `files` skips them.
+        self.preloaded = set(sys.modules)
+        sys.addaudithook(self._hook)
+        sys.meta_path.insert(0, _LookupFinder(self))
+
+    def relative(self, path: str) -> str | None:
+        """`path` relative to the kernels root ('.' for the root itself), None when outside it."""
+        full = os.path.normpath(path)
+        if full == self.base:
+            return "."
+        return os.path.relpath(full, self.base) if full.startswith(self.root) else None
+
+    def _hook(self, event: str, args: tuple) -> None:
+        if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
+            path = os.fsdecode(args[0])
+            full = os.path.realpath(path) if not os.path.isabs(path) else os.path.normpath(path)
+            if full.startswith(self.root):
+                self.opened.add(full)
+        elif event in ("os.listdir", "os.scandir") and args and isinstance(args[0], (str, bytes, os.PathLike)):
+            # The import system's own directory listings are covered by the "import" lookups.
+            caller = sys._getframe(1).f_code.co_filename
+            rel = self.relative(os.path.realpath(os.fsdecode(args[0])))
+            if rel is not None and not caller.startswith("<frozen importlib"):
+                self.lookups.add(f"{LIST} {rel}")
+
+    def consulted(self) -> Consulted:
+        found = set(self.opened)
+        for name, module in list(sys.modules.items()):
+            if name in self.preloaded:
+                continue
+            file = getattr(module, "__file__", None)
+            if file and os.path.normpath(file).startswith(self.root):
+                found.add(os.path.normpath(file))
+        read, absent = set(), set()
+        for full in found:
+            rel = os.path.relpath(full, self.root)
+            if "__pycache__" in rel.split(os.sep):
+                continue
+            (read if os.path.isfile(full) else absent).add(rel)
+        lookups = self.lookups | {f"{OPEN} {rel}" for rel in absent}
+        return Consulted(sorted(read), sorted(lookups))
+
+
+def compile_row(request: dict[str, Any]) -> tuple[bytes, Consulted]:
+    """Compile the row described by `request`; returns (ELF bytes, what it consulted under the kernels root)."""
+    kernels_root = Path(request["kernels_root"])
+    recorder = SourceRecorder(kernels_root)
+    patch_lowering_chipset(request["target"]["name"], request["target"]["mlir_chipset"])
+    attach_target_only()
+    binary_step.install(Path.cwd())
+    sys.path.insert(0, str(kernels_root))
+    import importlib
+
+    generator = importlib.import_module(request["generator"])
+    launcher, args = generator.launcher_and_args(dict(request["knobs"]))
+    launcher(*args)
+    return elf_from_compiled(launcher), recorder.consulted()
