@@ -14,8 +14,8 @@ from typing import Any
 from farm.core.canonical import canonical_json, digest_of
 from farm.core.errors import FarmError
 from farm.store.outtree import MANIFEST, OBJECT_SUFFIX, PROVENANCE, OutputDir, object_name_problem
+from farm.store.vendored import vendored_sources
 from farm.table.config import FarmConfig
-from farm.vendoring.lock import vendored_sources
 
 SCHEMA = 2  # 2: instruction classes per object and per kernel
 
@@ -173,8 +173,8 @@ def _vendored_section(cfg: FarmConfig, sources: dict[str, str]) -> list[str]:
     return [
         "## Vendored sources (kernels_src/VENDOR.lock.json)",
         "",
-        *[f"- `kernels_src/{v['file']}`: {v['upstream']} `{v['path']}` at commit {v['commit']} ({v['url']}, "
-          f"{v['license']}; local modifications: {'; '.join(m['why'] for m in v['modifications']) or 'none'})"
+        *[f"- `kernels_src/{v.file}`: {v.upstream} `{v.path}` at commit {v.commit} ({v.url}, "
+          f"{v.license}; local modifications: {'; '.join(v.modifications) or 'none'})"
           for v in vendored],
         "",
     ]

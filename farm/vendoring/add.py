@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from farm.core.atomic import write_text_atomic
 from farm.core.canonical import sha256_bytes
 from farm.core.errors import FarmError
+from farm.store import vendored
+from farm.store.vendored import FileRecord, LicenseCopy, LicenseRecord, Lock
 from farm.table.config import SAFE_NAME
-from farm.vendoring import docs, header, lock
+from farm.vendoring import docs, header
 from farm.vendoring.args import as_bool, as_list
 from farm.vendoring.gitsrc import Checkout, clean_path
 from farm.vendoring.license import FileLicense, LicenseText, resolve
@@ -68,7 +69,7 @@ def _read(checkout: Checkout, commit: str, upstream: str, paths: list[str], into
     return list(out.values())
 
 
-def _check_overwrite(project: Project, data: dict[str, Any], item: Incoming, upstream: str, force: bool) -> bool:
+def _check_overwrite(project: Project, data: Lock, item: Incoming, upstream: str, force: bool) -> bool:
     """Refuse to replace a non-vendored file, another upstream's file, or local changes (unless force).
     True when the file has local changes that force=true will drop."""
     target = project.kernels_dir / item.rel
@@ -109,12 +110,12 @@ def _refuse_symlinks(kernels_dir: Path, rel: str) -> None:
                             f"replace {path} with a real directory or file (or remove the link)")
 
 
-def _text_copy(data: dict[str, Any], upstream: str, commit: str, text: LicenseText, keep: set[str]) -> str:
+def _text_copy(data: Lock, upstream: str, commit: str, text: LicenseText, keep: set[str]) -> str:
     """Where the copy of an upstream license file goes: an existing copy of the same text, else
     vendor/<upstream>/<its upstream path>, unless files not re-added now still use another version of it
     there (then that name with the commit appended)."""
     rel = f"vendor/{upstream}/{text.path}"
-    if not lock.rel_ok(rel):  # the path comes from the upstream's tree: data, checked before any use
+    if not vendored.rel_ok(rel):  # the path comes from the upstream's tree: data, checked before any use
         raise FarmError(f"the license file {text.path!r} of {upstream} is not a plain relative path",
                         "name a license file with license_file=<path>")
     digest = sha256_bytes(text.text.encode("utf-8"))
@@ -132,8 +133,8 @@ def _text_copy(data: dict[str, Any], upstream: str, commit: str, text: LicenseTe
     return rel
 
 
-def _license_record(data: dict[str, Any], upstream: str, commit: str, found: FileLicense, keep: set[str],
-                    texts: dict[str, str]) -> dict[str, Any]:
+def _license_record(data: Lock, upstream: str, commit: str, found: FileLicense, keep: set[str],
+                    texts: dict[str, str]) -> LicenseRecord:
     """A file's own license for the lock; its text copy is recorded in `license_texts` and queued in `texts`."""
     copy = None
     if found.text is not None:
@@ -145,7 +146,7 @@ def _license_record(data: dict[str, Any], upstream: str, commit: str, found: Fil
     return {"id": found.spdx, "declared_by": found.declared_by, "text": copy}
 
 
-def _check_copy_targets(project: Project, data: dict[str, Any], texts: dict[str, str], known: set[str]) -> None:
+def _check_copy_targets(project: Project, data: Lock, texts: dict[str, str], known: set[str]) -> None:
     """A license copy never replaces a file the lock does not record as one."""
     for rel in texts:
         _refuse_symlinks(project.kernels_dir, rel)
@@ -154,7 +155,7 @@ def _check_copy_targets(project: Project, data: dict[str, Any], texts: dict[str,
                             "move that file away first")
 
 
-def _unused_texts(data: dict[str, Any]) -> list[str]:
+def _unused_texts(data: Lock) -> list[str]:
     """License copies no vendored file refers to any more: dropped from the lock (and from disk)."""
     used = {rec["license"]["text"] for rec in data["files"].values()}
     gone = sorted(rel for rel in data["license_texts"] if rel not in used)
@@ -163,7 +164,7 @@ def _unused_texts(data: dict[str, Any]) -> list[str]:
     return gone
 
 
-def _remove_owned(project: Project, rels: list[str], recorded: dict[str, Any]) -> None:
+def _remove_owned(project: Project, rels: list[str], recorded: dict[str, LicenseCopy]) -> None:
     """Delete a dropped license copy only when it is a regular file holding exactly what farm vendor wrote."""
     for rel in rels:
         path = project.kernels_dir / rel
@@ -197,7 +198,7 @@ def add(project: Project, opts: dict[str, str]) -> int:
     checkout = Checkout(Path(opts["from"]))
     commit = checkout.resolve(opts["commit"])
     items = _read(checkout, commit, upstream, as_list("paths", opts["paths"]), opts.get("into"))
-    data = lock.load(project.kernels_dir)
+    data = vendored.load(project.kernels_dir)
     dropped = {item.rel for item in items if _check_overwrite(project, data, item, upstream, force)}
     # Each file's own license, told before anything is written (an error leaves everything as it was).
     licenses = {i.rel: resolve(checkout, commit, i.path, i.text, opts.get("license"), opts.get("license_file"))
@@ -211,9 +212,9 @@ def add(project: Project, opts: dict[str, str]) -> int:
     report = []
     for item in items:
         old = data["files"].get(item.rel)
-        rec = {"upstream": upstream, "commit": commit, "path": item.path, "sha256": item.sha256,
-               "license": _license_record(data, upstream, commit, licenses[item.rel], keep, texts),
-               "modifications": []}
+        rec: FileRecord = {"upstream": upstream, "commit": commit, "path": item.path, "sha256": item.sha256,
+                           "license": _license_record(data, upstream, commit, licenses[item.rel], keep, texts),
+                           "modifications": []}
         data["files"][item.rel] = rec
         note = " (local modifications dropped)" if item.rel in dropped else ""
         if old is None:
@@ -237,7 +238,7 @@ def add(project: Project, opts: dict[str, str]) -> int:
         _refuse_symlinks(project.kernels_dir, path.relative_to(project.kernels_dir).as_posix())
     write_changed(writes)
     _remove_owned(project, [g for g in gone if g not in texts], known_texts)
-    lock.save(project.kernels_dir, data)
+    vendored.save(project.kernels_dir, data)
     changed = docs.write_all(project.root, project.kernels_dir, data)
     for line in report:
         print(line)
@@ -245,5 +246,5 @@ def add(project: Project, opts: dict[str, str]) -> int:
         print(line)
     for path in changed:
         print(f"wrote {docs.shown(project.root, path)}")
-    print(f"recorded in {docs.shown(project.root, lock.lock_path(project.kernels_dir))}")
+    print(f"recorded in {docs.shown(project.root, vendored.lock_path(project.kernels_dir))}")
     return 0

@@ -4,9 +4,9 @@ modification or not. Shared by `farm vendor diff` (which prints it) and `farm ve
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from farm.core.errors import FarmError
+from farm.store.vendored import FileRecord
 from farm.vendoring import header
 from farm.vendoring.gitsrc import Checkout
 from farm.vendoring.normalise import Change, Hunk, hunks, normalise
@@ -29,7 +29,7 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
 
 
-def recorded(rec: dict[str, Any]) -> dict[Change, list[str]]:
+def recorded(rec: FileRecord) -> dict[Change, list[str]]:
     """Every change a recorded modification covers -> the reasons recorded for it."""
     out: dict[Change, list[str]] = {}
     for mod in rec.get("modifications", []):
@@ -40,7 +40,7 @@ def recorded(rec: dict[str, Any]) -> dict[Change, list[str]]:
     return out
 
 
-def compare(project: Project, checkout: Checkout, rel: str, rec: dict[str, Any]) -> Comparison:
+def compare(project: Project, checkout: Checkout, rel: str, rec: FileRecord) -> Comparison:
     commit, path = rec["commit"], rec["path"]
     local_path = project.kernels_dir / rel
     if not local_path.is_file():

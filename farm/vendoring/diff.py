@@ -10,10 +10,11 @@ at the pinned commit or at the checkout's commit, or the file's header); 0 other
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from farm.core.errors import FarmError
-from farm.vendoring import header, lock
+from farm.store import vendored
+from farm.store.vendored import FileRecord, Lock
+from farm.vendoring import header
 from farm.vendoring.args import as_bool
 from farm.vendoring.compare import CLEAN, MISSING, MISSING_LOCAL, RECORDED, UNRECORDED, Comparison, compare
 from farm.vendoring.gitsrc import Checkout
@@ -24,7 +25,7 @@ KEYS = ("from", "upstream", "pinned", "strict")
 USAGE = "usage: farm vendor diff from=<checkout> [upstream=<name>] [pinned=true] [strict=true]"
 
 
-def pick_upstream(data: dict[str, Any], given: str | None) -> str:
+def pick_upstream(data: Lock, given: str | None) -> str:
     names = sorted({rec["upstream"] for rec in data["files"].values()})
     if not names:
         raise FarmError("nothing is vendored (the lock lists no files)",
@@ -41,7 +42,7 @@ def pick_upstream(data: dict[str, Any], given: str | None) -> str:
 
 
 def _moved(project: Project, checkout: Checkout, head: str,
-           files: dict[str, dict[str, Any]]) -> tuple[list[str], int]:
+           files: dict[str, FileRecord]) -> tuple[list[str], int]:
     """Where the checkout is not at the pinned commit(s): what changed upstream since, per vendored file;
     and how many vendored files upstream has removed by the checkout's commit."""
     lines = []
@@ -64,7 +65,7 @@ def _moved(project: Project, checkout: Checkout, head: str,
     return lines, removed
 
 
-def upstream_license(checkout: Checkout, commit: str, rec: dict[str, Any]) -> str | None:
+def upstream_license(checkout: Checkout, commit: str, rec: FileRecord) -> str | None:
     """Upstream's license for the vendored file at `commit` when it differs from the lock's (None: it agrees,
     or upstream does not tell one and the lock's came from license=). Re-derived by the rule `add` used."""
     blob = checkout.blob(commit, rec["path"]) if checkout.has_commit(commit) else None
@@ -78,14 +79,14 @@ def upstream_license(checkout: Checkout, commit: str, rec: dict[str, Any]) -> st
         found, why = None, exc.what
     if found is None:
         return None if by == BY_OPTION else f"none it can tell ({why})"
-    if found.spdx == lock.license_id(rec):
+    if found.spdx == vendored.license_id(rec):
         return None
     return f"{found.spdx} (its {found.declared_by})"
 
 
-def _license_lines(project: Project, checkout: Checkout, head: str, rel: str, rec: dict[str, Any]) -> list[str]:
+def _license_lines(project: Project, checkout: Checkout, head: str, rel: str, rec: FileRecord) -> list[str]:
     """Where the file's license in the lock, its header and upstream disagree."""
-    show, have = project.show(rel), lock.license_id(rec)
+    show, have = project.show(rel), vendored.license_id(rec)
     lines = []
     now = upstream_license(checkout, rec["commit"], rec)
     if now is not None:
@@ -107,7 +108,7 @@ def _license_lines(project: Project, checkout: Checkout, head: str, rel: str, re
     return lines
 
 
-def _print_file(project: Project, rel: str, rec: dict[str, Any], result: Comparison) -> None:
+def _print_file(project: Project, rel: str, rec: FileRecord, result: Comparison) -> None:
     print(f"{result.status:24} {project.show(rel)}" + (f": {result.detail}" if result.detail else ""))
     for note in result.notes:
         print(f"  note: {note}")
@@ -129,7 +130,7 @@ def _print_file(project: Project, rel: str, rec: dict[str, Any], result: Compari
 def diff(project: Project, opts: dict[str, str]) -> int:
     pinned, strict = as_bool("pinned", opts.get("pinned")), as_bool("strict", opts.get("strict"))
     checkout = Checkout(Path(opts["from"]))
-    data = lock.load(project.kernels_dir)
+    data = vendored.load(project.kernels_dir)
     name = pick_upstream(data, opts.get("upstream"))
     files = {rel: rec for rel, rec in data["files"].items() if rec["upstream"] == name}
     head = checkout.head()

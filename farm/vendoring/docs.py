@@ -4,11 +4,10 @@ the SOURCE.md of each kernels_src/ directory that holds vendored files."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from farm.core.atomic import write_text_atomic
+from farm.store.vendored import LOCK_NAME, FileRecord, Lock
 from farm.vendoring.license import BY_HEADER, BY_NAMED_FILE, BY_OPTION
-from farm.vendoring.lock import LOCK_NAME
 
 LICENSES_NAME = "THIRD_PARTY_LICENSES.md"
 BEGIN = "<!-- farm vendor: begin generated section (farm vendor rewrites it; do not edit) -->"
@@ -40,12 +39,12 @@ def _declared(by: str) -> str:
     return f"`{by}`, the upstream license file covering its path"
 
 
-def _group_key(rec: dict[str, Any]) -> tuple[str, str, str]:
+def _group_key(rec: FileRecord) -> tuple[str, str, str]:
     """Files share a license text when they have the same license, upstream and text copy."""
     return rec["license"]["id"], rec["upstream"], rec["license"]["text"] or ""
 
 
-def _text_lines(root: Path, kernels_dir: Path, lock: dict[str, Any], spdx: str, upstream: str,
+def _text_lines(root: Path, kernels_dir: Path, lock: Lock, spdx: str, upstream: str,
                 copy: str, commits: list[str]) -> list[str]:
     ks = shown(root, kernels_dir)
     meta = lock["license_texts"].get(copy) if copy else None
@@ -61,7 +60,7 @@ def _text_lines(root: Path, kernels_dir: Path, lock: dict[str, Any], spdx: str, 
             "", fence + "text", text, fence, ""]
 
 
-def render_licenses(root: Path, kernels_dir: Path, lock: dict[str, Any]) -> str:
+def render_licenses(root: Path, kernels_dir: Path, lock: Lock) -> str:
     """Every vendored file grouped by its own license; each group with the license text it came with."""
     ks = shown(root, kernels_dir)
     lines = [
@@ -72,7 +71,7 @@ def render_licenses(root: Path, kernels_dir: Path, lock: dict[str, Any]) -> str:
         "SPDX-License-Identifier line, else the upstream license file covering its path), with the license text.",
         "",
     ]
-    groups: dict[tuple[str, str, str], list[tuple[str, dict[str, Any]]]] = {}
+    groups: dict[tuple[str, str, str], list[tuple[str, FileRecord]]] = {}
     for rel, rec in sorted(lock["files"].items()):
         groups.setdefault(_group_key(rec), []).append((rel, rec))
     for spdx in sorted({key[0] for key in groups}):
@@ -92,7 +91,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def render_section(lock: dict[str, Any], top: str, root: Path, kernels_dir: Path) -> str:
+def render_section(lock: Lock, top: str, root: Path, kernels_dir: Path) -> str:
     ks = shown(root, kernels_dir)
     rows = []
     for rel, rec in sorted(lock["files"].items()):
@@ -127,7 +126,7 @@ def with_section(existing: str | None, section: str, top: str) -> str:
     return existing.rstrip("\n") + "\n\n" + section
 
 
-def write_all(root: Path, kernels_dir: Path, lock: dict[str, Any]) -> list[Path]:
+def write_all(root: Path, kernels_dir: Path, lock: Lock) -> list[Path]:
     """Rewrite THIRD_PARTY_LICENSES.md and the SOURCE.md sections; the paths whose bytes changed."""
     wanted: dict[Path, str] = {root / LICENSES_NAME: render_licenses(root, kernels_dir, lock)}
     for top in sorted({rel.split("/")[0] for rel in lock["files"]}):

@@ -7,15 +7,14 @@ local edits, and nothing else.
 
 from __future__ import annotations
 
-from typing import Any
-
 from farm.core.errors import FarmError
+from farm.store.vendored import FileRecord
 
 BEGIN = "# --- vendored by `farm vendor`: provenance of this file (rewritten by farm vendor, do not edit) ---"
 END = "# --- end of vendored header ---"
 
 
-def render(upstream: str, url: str, rec: dict[str, Any]) -> str:
+def render(upstream: str, url: str, rec: FileRecord) -> str:
     """The header of one vendored file, from its own lock record (its own license included)."""
     reasons = [m["why"] for m in rec.get("modifications", [])]
     lines = [
@@ -56,6 +55,6 @@ def body(text: str, where: str) -> str:
 
 
 
-def restamped(text: str, where: str, upstream: str, url: str, rec: dict[str, Any]) -> str:
+def restamped(text: str, where: str, upstream: str, url: str, rec: FileRecord) -> str:
     """A vendored file's text with its header rendered anew from its record, the body kept."""
     return render(upstream, url, rec) + body(text, where)

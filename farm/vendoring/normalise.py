@@ -12,9 +12,9 @@ import difflib
 import shutil
 import subprocess
 from dataclasses import dataclass
-from typing import Any
 
 from farm.core.errors import FarmError
+from farm.store.vendored import ChangeRecord
 
 CONTEXT = 3
 
@@ -48,11 +48,11 @@ class Change:
     removed: tuple[str, ...]
     added: tuple[str, ...]
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> ChangeRecord:
         return {"removed": list(self.removed), "added": list(self.added)}
 
     @staticmethod
-    def from_json(data: dict[str, Any]) -> Change:
+    def from_json(data: ChangeRecord) -> Change:
         return Change(tuple(data.get("removed", [])), tuple(data.get("added", [])))
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from farm.core.errors import FarmError
-from farm.vendoring import docs, header, lock
+from farm.store import vendored
+from farm.vendoring import docs, header
 from farm.vendoring.add import write_changed
 from farm.vendoring.compare import MISSING, MISSING_LOCAL, compare
 from farm.vendoring.gitsrc import Checkout
@@ -22,10 +23,10 @@ USAGE = 'usage: farm vendor note path=<vendored file> why="<reason>" from=<check
 def note(project: Project, opts: dict[str, str]) -> int:
     why = " ".join(opts["why"].split())
     rel = project.rel_of(opts["path"])
-    data = lock.load(project.kernels_dir)
+    data = vendored.load(project.kernels_dir)
     rec = data["files"].get(rel)
     if rec is None:
-        raise FarmError(f"{project.show(rel)} is not a vendored file (not in {lock.LOCK_NAME})",
+        raise FarmError(f"{project.show(rel)} is not a vendored file (not in {vendored.LOCK_NAME})",
                         "name a file that farm vendor add brought in")
     if any(m["why"] == why for m in rec.get("modifications", [])):
         raise FarmError(f"{project.show(rel)}: a modification is already recorded as {why!r}",
@@ -44,7 +45,7 @@ def note(project: Project, opts: dict[str, str]) -> int:
     path = project.kernels_dir / rel
     write_changed({path: header.restamped(path.read_text(encoding="utf-8"), project.show(rel), rec["upstream"],
                                           up["url"], rec)})
-    lock.save(project.kernels_dir, data)
+    vendored.save(project.kernels_dir, data)
     docs.write_all(project.root, project.kernels_dir, data)
     print(f"recorded {len(changes)} change(s) in {project.show(rel)} as a local modification: {why}")
     return 0
