@@ -80,8 +80,9 @@ def problems(co: CodeObject, row: Row, op: Op, target: Target, functions: dict[s
     if target.generic_version and co.abi_version < 4:
         found.append(f"generic targets need code object v6 (ELF ABI version 4), got {co.abi_version}")
     names = sorted(str(k.get(".name")) for k in co.kernels)
-    if names != sorted(op.symbols) or co.kernel_symbols != sorted(op.symbols):
-        found.append(f"kernels are {names} (symbols {co.kernel_symbols}), op {op.name} declares {sorted(op.symbols)}")
+    symbols = sorted(op.symbols_for(row.group))  # a group may declare its own kernels
+    if names != symbols or co.kernel_symbols != symbols:
+        found.append(f"kernels are {names} (symbols {co.kernel_symbols}), op {op.name} declares {symbols}")
     for k in co.kernels:
         name = k.get(".name")
         if k.get(".wavefront_size") != target.wave_size:
