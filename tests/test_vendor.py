@@ -557,3 +557,62 @@ def test_vendor_diff_strict_flags_a_licence_change(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stdout
     assert (f"LICENSE CHANGED          {UTIL_REL}: the lock says MIT; upstream at the checkout's commit {later} "
             "says BSD-3-Clause (its SPDX-License-Identifier)\n") in proc.stdout
+
+
+# ------------------------------------------------------------------------------- import closure
+
+USES = '''"""Imports of every kind: found ones, missing ones, optional ones."""
+import json
+from typing import TYPE_CHECKING
+
+import yaml
+from flydsl.expr import rocdl
+from synth_helpers import pack
+from . import siblings
+from .util import clamp
+
+try:
+    import not_installed_optional
+except ImportError:
+    not_installed_optional = None
+if TYPE_CHECKING:
+    import only_for_type_checkers
+
+
+def late():
+    import nosuch.deep
+'''
+
+
+def test_add_names_imports_neither_vendored_nor_installed(setup: tuple[Path, Path, str]) -> None:
+    """Before: the add succeeded and every compile of the family failed later on the missing imports."""
+    project, repo, _ = setup
+    commit = commit_files(repo, {"kernels/uses.py": USES}, "uses")
+    proc = add(project, repo, commit, "into=synthfam", paths="[kernels/uses.py,kernels/util.py]")
+    assert proc.returncode == 2, proc.stdout
+    lines = proc.stderr.splitlines()
+    assert lines[:4] == [
+        "farm vendor: error: 3 module(s) imported by the vendored files are neither vendored nor installed "
+        "(kernels_src/ is first on the compile's sys.path):",
+        "  - synth_helpers: imported by kernels_src/synthfam/uses.py:7 (upstream kernels/uses.py)",
+        "  - synthfam.siblings: imported by kernels_src/synthfam/uses.py:8 (upstream kernels/uses.py)",
+        "  - nosuch.deep: imported by kernels_src/synthfam/uses.py:20 (upstream kernels/uses.py)"]
+    assert lines[4].startswith("  fix: vendor each one too") and "or install it" in lines[4]
+    assert not (project / "kernels_src/VENDOR.lock.json").exists()
+    assert not (project / "kernels_src/synthfam").exists()
+
+    # The project provides synth_helpers itself; siblings.py comes along but imports something missing in turn,
+    # and upstream's own file for it is named.
+    (project / "kernels_src/synth_helpers.py").write_text("def pack(x):\n    return x\n")
+    commit = commit_files(repo, {"kernels/uses.py": USES.replace("\n\ndef late():\n    import nosuch.deep\n", "\n"),
+                                 "kernels/siblings.py": "from gone_too import x\n", "lib/gone_too.py": "x = 1\n"},
+                          "siblings")
+    proc = add(project, repo, commit, "into=synthfam", paths="[kernels/uses.py,kernels/util.py,kernels/siblings.py]")
+    assert proc.returncode == 2, proc.stdout
+    assert proc.stderr.splitlines()[1] == ("  - gone_too: imported by kernels_src/synthfam/siblings.py:1 (upstream "
+                                           "kernels/siblings.py); upstream has lib/gone_too.py")
+
+    commit = commit_files(repo, {"kernels/siblings.py": "X = 1\n"}, "no more gone_too")
+    proc = add(project, repo, commit, "into=synthfam", paths="[kernels/uses.py,kernels/util.py,kernels/siblings.py]")
+    assert proc.returncode == 0, proc.stderr
+    assert (project / "kernels_src/synthfam/siblings.py").is_file()

@@ -6,6 +6,8 @@ copy are written (each atomically), the lock last but one, and the generated doc
 
 from __future__ import annotations
 
+import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -15,13 +17,14 @@ from farm.core.errors import FarmError
 from farm.store import vendored
 from farm.store.vendored import FileRecord, LicenseCopy, LicenseRecord, Lock
 from farm.table.config import SAFE_NAME
-from farm.vendoring import docs, header
+from farm.vendoring import closure, docs, header
 from farm.vendoring.args import as_bool, as_list
 from farm.vendoring.gitsrc import Checkout, clean_path
 from farm.vendoring.license import FileLicense, LicenseText, resolve
 from farm.vendoring.project import Project
 
 KEYS = ("from", "commit", "upstream", "paths", "into", "url", "license", "license_file", "force")
+log = logging.getLogger(__name__)
 USAGE = ("usage: farm vendor add from=<checkout> commit=<sha> upstream=<name> paths=[<path>,...] "
          "[into=<dir under kernels_src>] [url=<repository url>] [license=<SPDX id>] [license_file=<path>] "
          "[force=true]")
@@ -190,6 +193,44 @@ def _license_lines(items: list[Incoming], licenses: dict[str, FileLicense]) -> l
     return lines
 
 
+def _upstream_candidates(checkout: Checkout, commit: str, module: str) -> list[str]:
+    """Upstream files at `commit` that could be `module` (their path ends like its import path)."""
+    base = module.replace(".", "/")
+    last = base.rsplit("/", 1)[-1]
+    found = checkout.files_named(commit, re.compile(rf"^({re.escape(last)}\.py|__init__\.py)$"))
+    return [p for p in found if any(p == end or p.endswith("/" + end) for end in (base + ".py", base + "/__init__.py"))]
+
+
+def _missing_line(project: Project, checkout: Checkout, commit: str, items: list[Incoming], m: closure.Missing) -> str:
+    upstream_path = next((i.path for i in items if i.rel == m.importer), None)
+    line = f"  - {m.module}: imported by {project.show(m.importer)}:{m.line}"
+    line += f" (upstream {upstream_path})" if upstream_path else ""
+    candidates = _upstream_candidates(checkout, commit, m.module) if not m.module.startswith(".") else []
+    if candidates:
+        into = m.module.replace(".", "/").rsplit("/", 1)[0] if "." in m.module else None
+        line += f"; upstream has {', '.join(candidates)}" + (f" (vendor it with into={into})" if into else "")
+    return line
+
+
+def _check_imports(project: Project, checkout: Checkout, commit: str, items: list[Incoming]) -> None:
+    """Refuse an add whose files import a module that would be neither under kernels_src/ nor installed:
+    every compile of the family would fail on it, long after the add (see closure.py)."""
+    tree = closure.Tree(project.kernels_dir, {item.rel: item.text for item in items})
+    try:
+        missing = closure.missing_imports(tree, [item.rel for item in items], [project.root, project.kernels_dir])
+    except SyntaxError as exc:
+        raise FarmError(f"{project.show(str(exc.filename))}:{exc.lineno}: not valid Python ({exc.msg}); its imports "
+                        "cannot be checked", "vendor Python sources this interpreter parses") from None
+    log.debug("import closure checked: %d file(s) under %s", len(tree.incoming), project.kernels_dir)
+    if missing:
+        lines = [_missing_line(project, checkout, commit, items, m) for m in missing]
+        raise FarmError(f"{len(missing)} module(s) imported by the vendored files are neither vendored nor installed "
+                        "(kernels_src/ is first on the compile's sys.path):\n" + "\n".join(lines),
+                        "vendor each one too, in this add's paths= with an into= that gives it that import path; "
+                        "or install it into the farm's environment; or first put a module of your own at that "
+                        "import path under kernels_src/")
+
+
 def add(project: Project, opts: dict[str, str]) -> int:
     upstream = opts["upstream"].strip()
     if not SAFE_NAME.match(upstream):
@@ -203,6 +244,7 @@ def add(project: Project, opts: dict[str, str]) -> int:
     # Each file's own license, told before anything is written (an error leaves everything as it was).
     licenses = {i.rel: resolve(checkout, commit, i.path, i.text, opts.get("license"), opts.get("license_file"))
                 for i in items}
+    _check_imports(project, checkout, commit, items)
     url = (opts.get("url") or "").strip() or checkout.origin_url() or str(checkout.path)
 
     keep = {item.rel for item in items}
