@@ -92,7 +92,7 @@ def compose(root: Path, overrides: list[str]) -> DictConfig:
     return cfg
 
 
-def _composed(root: Path, overrides: list[str]) -> dict[str, Any]:
+def _composed(root: Path, overrides: list[str]) -> dict[str, Any]:  # the keys of ConfigFile, values unchecked
     """The composed top level as plain data, every key declared (a stray one named with its file)."""
     cfg = compose(root, overrides)
     choices = {str(k): str(v) for k, v in cfg.hydra.runtime.choices.items()}  # group -> chosen file

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NotRequired, TypedDict
+
+from farm.table.schema import TargetFile
 
 SAFE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
@@ -23,7 +25,7 @@ class Target:
     python_arch: str
     lds_bytes: int
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> TargetFile:
         """The target as plain data (its digest is part of every input record: keep the shape)."""
         return {
             "name": self.name,
@@ -57,6 +59,17 @@ class Tuning:
     set: dict[str, Any]
 
 
+class OpIdentity(TypedDict):
+    """What of an op decides its objects' bytes or their acceptance (its digest is in every input record)."""
+
+    name: str
+    family: str
+    generator: str
+    symbols: list[str]
+    require_instructions: list[str]
+    group_symbols: NotRequired[dict[str, list[str]]]  # only when a group declares its own symbols
+
+
 @dataclass(frozen=True)
 class Op:
     """One kernel family as the config declares it."""
@@ -71,10 +84,10 @@ class Op:
     tuning: tuple[Tuning, ...] = ()
     require_instructions: tuple[str, ...] = ()  # instruction classes (farm.toolchain.disasm) every object must contain
 
-    def compile_identity(self) -> dict[str, Any]:
+    def compile_identity(self) -> OpIdentity:
         """The op-level fields that decide an object's bytes or its acceptance (part of every input digest).
         Group symbol sets join it only when a group declares one, so ops without them keep their digest."""
-        identity: dict[str, Any] = {
+        identity: OpIdentity = {
             "name": self.name, "family": self.family, "generator": self.generator,
             "symbols": list(self.symbols), "require_instructions": list(self.require_instructions)}
         group_symbols = {g.name: list(g.symbols) for g in self.groups if g.symbols is not None}

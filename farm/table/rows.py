@@ -6,10 +6,21 @@ import difflib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from farm.core.errors import FarmError
 from farm.table.config import SAFE_NAME, FarmConfig
+
+
+class RowJson(TypedDict):
+    """One line of instances/<op>.jsonl."""
+
+    op: str
+    target: str
+    name: str
+    group: str
+    knobs: dict[str, Any]  # knob name -> value, whatever the op's spec module accepts
+    allow: dict[str, bool]
 
 
 @dataclass(frozen=True)
@@ -20,7 +31,7 @@ class Row:
     target: str
     name: str
     group: str
-    knobs: dict[str, Any]
+    knobs: dict[str, Any]  # knob name -> value, whatever the op's spec module accepts
     allow: dict[str, bool]
 
     @property
@@ -34,7 +45,7 @@ class Row:
     def relpath(self) -> str:
         return f"{self.op}/{self.target}/{self.file_name}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RowJson:
         return {"op": self.op, "target": self.target, "name": self.name, "group": self.group,
                 "knobs": self.knobs, "allow": self.allow}
 

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -60,7 +61,7 @@ def load_ops(root: Path, targets: dict[str, Target]) -> dict[str, Op]:
     return {name: _op(root, name, path, targets) for name, path in discover(root, "op").items()}
 
 
-def _require(where: str, spec: dict[str, Any], keys: list[str]) -> None:
+def _require(where: str, spec: Mapping[str, object], keys: list[str]) -> None:
     missing = [k for k in keys if k not in spec or spec[k] is None]
     if missing:
         raise FarmError(f"{where}: missing {', '.join(missing)}", f"add them to {where}")
@@ -90,8 +91,8 @@ def _target(root: Path, name: str, path: Path) -> Target:
 
 def _op(root: Path, name: str, path: Path, targets: dict[str, Target]) -> Op:
     where = f"conf/op/{name}.yaml"
-    spec = read_file(root, path)
-    check_keys(where, spec, OpFile)
+    spec = cast(OpFile, read_file(root, path))  # its keys are checked next; its values below
+    check_keys(where, dict(spec), OpFile)
     _require(where, spec, ["name", "family", "generator", "spec", "symbols", "targets", "groups"])
     if spec["name"] != name:
         raise FarmError(f"{where} says name: {spec['name']!r}", f"make it {name!r}")
@@ -114,7 +115,7 @@ def _op(root: Path, name: str, path: Path, targets: dict[str, Target]) -> Op:
               require_instructions=_instruction_classes(where, spec.get("require_instructions")))
 
 
-def _group(where: str, index: int, g: Any, op: dict[str, Any], base_allow: dict[str, bool]) -> Group:
+def _group(where: str, index: int, g: Any, op: OpFile, base_allow: dict[str, bool]) -> Group:
     if not isinstance(g, dict) or not isinstance(g.get("axes"), dict) or not g["axes"]:
         raise FarmError(f"{where}: a group needs a non-empty 'axes' mapping", "see conf/op/rmsnorm.yaml")
     for axis, values in g["axes"].items():
@@ -134,7 +135,7 @@ def _group(where: str, index: int, g: Any, op: dict[str, Any], base_allow: dict[
                  allow=_allow(where, g.get("allow"), base_allow), targets=group_targets, symbols=symbols)
 
 
-def _tuning(where: str, t: Any, op_name: str, op: dict[str, Any]) -> Tuning:
+def _tuning(where: str, t: Any, op_name: str, op: OpFile) -> Tuning:
     if not isinstance(t, dict) or not isinstance(t.get("set"), dict) or not t["set"]:
         raise FarmError(f"{where}: a tuning entry needs a non-empty 'set' mapping",
                         "e.g. {match: {dtype: bf16, n: 16384}, set: {block: 512}}")
