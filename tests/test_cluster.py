@@ -37,7 +37,7 @@ from conftest import last_line, run_farm, small_copy
 import farm
 
 # Ray reads this when it is imported, and every node this module starts inherits it: with it, the
-# nodes advertise and bind 127.0.0.1 (INFRA.md). Set before anything here imports ray.
+# nodes advertise and bind 127.0.0.1. Set before anything here imports ray.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 
@@ -241,10 +241,11 @@ def add_worker(cluster: Any, guard: dict[str, Any], *extra_path: str) -> Any:
 def cluster(ray_temp: Path, guard: dict[str, Any]) -> Iterator[Any]:
     """A head with no CPUs (nothing runs there) and two 1-CPU worker nodes, on loopback."""
     import ray
-    from ray._private import ray_constants
     from ray.cluster_utils import Cluster
 
-    ray_constants.ENABLE_RAY_CLUSTER = False  # in case ray was imported before this module set the switch
+    from farm.execute import ray_compat
+
+    ray_compat.keep_loopback_switch()  # in case ray was imported before this module set the switch
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     try:
         for _ in range(2):
@@ -351,7 +352,7 @@ def test_rows_run_on_worker_nodes_and_match_a_local_build(cluster: Any, project:
     assert cluster.head_node.node_id[:8] not in worker_ids
     # The guard bites on every worker node (a control: without it the no-refusal check below means nothing).
     for node in workers:
-        for path in (project / "conf" / "config.yaml", FARM_PACKAGE / "executor.py"):
+        for path in (project / "conf" / "config.yaml", FARM_PACKAGE / "execute" / "executor.py"):
             assert on_node(node, _probe_read, str(path)).startswith("refused:")
     seen = len(guard_log(guard))
 
@@ -378,7 +379,7 @@ def test_rows_run_on_worker_nodes_and_match_a_local_build(cluster: Any, project:
     assert not denied, "a worker node touched the driver's disk:\n" + "\n".join(denied)
     assert any(line.startswith("ARMED") and "default_worker" in line for line in new), new
     # What the driver hands a worker names no path of its disk: sources by relative name, requests by value.
-    from farm.build import _request
+    from farm.build import compile_request
     from farm.plan.sources import collect
     from farm.table.config import load
     from farm.table.expand import fresh_rows
@@ -387,7 +388,7 @@ def test_rows_run_on_worker_nodes_and_match_a_local_build(cluster: Any, project:
     selected, _ = fresh_rows(cfg)
     assert len(selected) == ROWS
     for row in selected:
-        text = json.dumps(_request(cfg, row))
+        text = json.dumps(compile_request(cfg, row).to_json())
         assert str(project) not in text and str(project.resolve()) not in text, text
     names = list(collect(cfg.kernels_dir))
     assert names and not [n for n in names if n.startswith("/") or ".." in n.split("/")]
@@ -395,12 +396,12 @@ def test_rows_run_on_worker_nodes_and_match_a_local_build(cluster: Any, project:
 
 
 def in_flight(node: Any) -> set[str]:
-    """Keys of rows a task on `node` is working on now: a task's private work dir (in the node's own
-    temp dir) holds its request from before the warm-up until its result is ready, then goes."""
+    """Keys of rows an actor on `node` is working on now: a compile's private work dir (in the node's own
+    temp dir) holds its job (the request) from before the warm-up until its result is ready, then goes."""
     keys = set()
-    for request in NODE_TMP[node.node_id].glob("farm-compile-*/request.json"):
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            keys.add(json.loads(request.read_text())["key"])
+    for job in NODE_TMP[node.node_id].glob("farm-compile-*/job.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            keys.add(json.loads(job.read_text())["request"]["key"])
     return keys
 
 
@@ -549,7 +550,8 @@ def test_driver_killed_mid_build_resumes(project: Path, reference: dict[str, byt
     assert not [p for p in seen.values() if p.is_running()]
     assert 1 <= len(done) < ROWS, f"{len(done)} of {ROWS} objects were written when the driver died"
 
-    # A stale address file (INFRA.md) must not matter: the local executor always starts its own cluster.
+    # A stale address file (Ray's ray_current_cluster) must not matter: the local executor always starts
+    # its own cluster.
     (ray_tmp / "ray").mkdir(exist_ok=True)
     (ray_tmp / "ray" / "ray_current_cluster").write_text("127.0.0.1:9")
     proc = run_farm(project, "build", f"outputs_dir={out}", f"report_dir={reports}", env={"RAY_TMPDIR": str(ray_tmp)})

@@ -13,13 +13,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import pytest
 from conftest import run_farm, small_copy
 
-from farm.execute import executor, standing
+from farm.contract import CompileResult
+from farm.execute import executor, local, standing
+from farm.execute import processes as procs
 from farm.worker.isolate import short_private_dir
 
 TARGET = "gfx942"
@@ -51,7 +54,7 @@ def _bounded(project: Path, *args: str, limit_s: float = 300) -> subprocess.Comp
 def _all_gone(idents: list[dict], wait_s: float = 30) -> list[dict]:
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        alive = [i for i in idents if executor.verified(i) is not None]
+        alive = [i for i in idents if procs.verified(i) is not None]
         if not alive:
             return []
         time.sleep(0.5)
@@ -74,7 +77,7 @@ def cluster(project: Path) -> Iterator[dict]:
         yield state
     finally:
         standing.down(project, timeout_s=10)
-        executor.end_processes([state["daemon"], *state["processes"]])
+        procs.end_processes([state["daemon"], *state["processes"]])
 
 
 def test_stale_state_foreign_pid_is_never_signalled(tmp_path: Path) -> None:
@@ -87,7 +90,7 @@ def test_stale_state_foreign_pid_is_never_signalled(tmp_path: Path) -> None:
         for state in ({"pid": foreign.pid, "address": "127.0.0.1:1", "num_cpus": 1},
                       {"pid": foreign.pid, "daemon": {"pid": foreign.pid, "started": me.create_time() - 100,
                                                       "cmdline": [sys.executable, "-m", "farm.execute.standing"]},
-                       "processes": [executor.identity(me) | {"started": me.create_time() - 100}],
+                       "processes": [procs.identity(me) | {"started": me.create_time() - 100}],
                        "address": "127.0.0.1:1", "num_cpus": 1}):
             _write_state(project, state)
             down = run_farm(project, "cluster", "down", check=True)
@@ -97,7 +100,7 @@ def test_stale_state_foreign_pid_is_never_signalled(tmp_path: Path) -> None:
             assert not _state_path(project).exists()
             assert foreign.poll() is None  # never signalled
         if os.getuid() == 0:  # a state someone else wrote, naming a live process exactly: still never signalled
-            _write_state(project, {"pid": foreign.pid, "daemon": executor.identity(me), "processes": []})
+            _write_state(project, {"pid": foreign.pid, "daemon": procs.identity(me), "processes": []})
             os.chown(_state_path(project), 65534, 65534)
             down = run_farm(project, "cluster", "down", check=True)
             assert "belongs to uid 65534, not to you; nothing it names was touched" in down.stderr
@@ -120,7 +123,7 @@ def test_dead_cluster_falls_back_to_a_private_one_without_hanging(project: Path,
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     try:
-        me = executor.identity(psutil.Process(fake.pid))
+        me = procs.identity(psutil.Process(fake.pid))
         state = {"pid": fake.pid, "daemon": me, "processes": [], "ray_core": [me], "root": str(project),
                  "address": f"127.0.0.1:{port}", "num_cpus": 1, "generator": generator_digest(), "idle_s": 600}
         # Its Ray processes gone: named without any connection attempt.
@@ -155,10 +158,10 @@ def test_lost_linker_shim_in_the_standing_cluster_is_recreated(project: Path, cl
     Also case 14: the cluster's Ray and zygote homes live in the per-user private temp directory."""
     homes = _zygote_homes(cluster)
     assert len(homes) == 1 and homes[0].parent == short_private_dir("zygotes")
-    private_root = Path(executor.ray_temp_dir()).parent
+    private_root = Path(local.ray_temp_dir()).parent
     assert stat.S_IMODE(private_root.stat().st_mode) == 0o700 and private_root.stat().st_uid == os.getuid()
     gcs = [p for p in cluster["ray_core"] if Path(p["cmdline"][0]).name == "gcs_server"]
-    assert gcs and any(arg.startswith(f"--log_dir={executor.ray_temp_dir()}/session_") for arg in gcs[0]["cmdline"])
+    assert gcs and any(arg.startswith(f"--log_dir={local.ray_temp_dir()}/session_") for arg in gcs[0]["cmdline"])
 
     out = tmp_path / "out"
     first = _bounded(project, "build", f"targets=[{TARGET}]", ROW, f"outputs_dir={out}")
@@ -191,7 +194,7 @@ def test_down_ends_the_daemon_group_and_its_ray_when_sigterm_fails(project: Path
     """Case 5: `down`'s SIGKILL fallback killed the daemon alone and left its Ray tree orphaned."""
     daemon = psutil.Process(cluster["pid"])
     assert os.getpgid(daemon.pid) == daemon.pid  # its own process group
-    tree = [executor.identity(p) for p in daemon.children(recursive=True)]
+    tree = [procs.identity(p) for p in daemon.children(recursive=True)]
     assert tree
     daemon.suspend()  # SIGSTOP: it cannot act on SIGTERM
     assert standing.down(project, timeout_s=3) is True
@@ -215,7 +218,7 @@ def test_num_cpus_is_validated_before_ray_starts(project: Path) -> None:
     for bad in ("abc", 0, -2, "1.5", True):
         with pytest.raises(FarmError, match=r"executor\.num_cpus=.* is not a positive whole number"):
             executor.RayExecutor({"kind": "local", "num_cpus": bad}, 60).__enter__()
-    assert executor.num_cpus({"num_cpus": "3"}) == 3 and executor.num_cpus({}) is None
+    assert local.num_cpus({"num_cpus": "3"}) == 3 and local.num_cpus({}) is None
 
 
 def test_private_cluster_keeps_ray_in_a_private_temp_dir_and_records_its_processes() -> None:
@@ -223,12 +226,14 @@ def test_private_cluster_keeps_ray_in_a_private_temp_dir_and_records_its_process
     import ray
 
     with executor.RayExecutor({"kind": "local", "num_cpus": 1, "max_retries": 0}, 60):
-        session = ray._private.worker._global_node.get_session_dir_path()
-        assert session.startswith(executor.ray_temp_dir() + "/session_")
-        assert len(session) + len("/sockets/plasma_store") < 107
-        record = json.loads(executor.record_path(os.getpid()).read_text())
+        context = ray.get_runtime_context()
+        assert context.get_temp_dir() == local.ray_temp_dir()
+        session = Path(context.get_temp_dir()) / context.get_session_name()
+        assert session.name.startswith("session_") and (session / "sockets").is_dir()
+        assert len(str(session)) + len("/sockets/plasma_store") < 107
+        record = json.loads(procs.record_path(os.getpid()).read_text())
         assert any(Path(p["cmdline"][0]).name == "raylet" for p in record["processes"])
-    assert not executor.record_path(os.getpid()).exists()
+    assert not procs.record_path(os.getpid()).exists()
 
 
 def test_leftovers_of_a_killed_driver_are_ended_only_when_proven_its_own() -> None:
@@ -239,19 +244,79 @@ def test_leftovers_of_a_killed_driver_are_ended_only_when_proven_its_own() -> No
     leftover, foreign, live_owners = _sleeper(), _sleeper(), _sleeper()
     try:
         dead_owner = {"pid": gone.pid, "started": time.time() - 50, "cmdline": ["python", "-m", "farm.cli"]}
-        left = executor.identity(psutil.Process(leftover.pid))
-        wrong = dict(executor.identity(psutil.Process(foreign.pid)), started=time.time() - 1000)
-        mine = executor.identity(psutil.Process(live_owners.pid))
+        left = procs.identity(psutil.Process(leftover.pid))
+        wrong = dict(procs.identity(psutil.Process(foreign.pid)), started=time.time() - 1000)
+        mine = procs.identity(psutil.Process(live_owners.pid))
         records = {90000001: {"owner": dead_owner, "processes": [left, wrong]},
-                   90000002: {"owner": executor.identity(psutil.Process()), "processes": [mine]}}
+                   90000002: {"owner": procs.identity(psutil.Process()), "processes": [mine]}}
         for fake_pid, record in records.items():
-            executor.record_path(fake_pid).write_text(json.dumps(record))
-        assert executor.end_leftovers(log=sys.stderr) == 1
-        assert executor.verified(left) is None  # ended (psutil reaped it, so Popen sees no status)
+            procs.record_path(fake_pid).write_text(json.dumps(record))
+        assert procs.end_leftovers() == 1
+        assert procs.verified(left) is None  # ended (psutil reaped it, so Popen sees no status)
         assert foreign.poll() is None and live_owners.poll() is None
-        assert not executor.record_path(90000001).exists() and executor.record_path(90000002).exists()
+        assert not procs.record_path(90000001).exists() and procs.record_path(90000002).exists()
     finally:
-        executor.record_path(90000002).unlink(missing_ok=True)
+        procs.record_path(90000002).unlink(missing_ok=True)
         for proc in (leftover, foreign, live_owners):
             proc.kill()
             proc.wait()
+
+
+@dataclass(frozen=True)
+class _Request:
+    key: str
+
+
+class _Flaky:
+    """A stand-in compile actor: answers each request with an object-less success, except that its
+    process exits on a `die/once` row the first time any actor sees it, and on every `die/always` row."""
+
+    def __init__(self, marks: str) -> None:
+        self.marks = Path(marks)
+
+    def hello(self) -> str:
+        import ray
+
+        return str(ray.get_runtime_context().get_actor_id())
+
+    def compile(self, request: _Request) -> CompileResult:
+        mark = self.marks / request.key.replace("/", "_")
+        if request.key == "die/always" or (request.key == "die/once" and not mark.exists()):
+            mark.write_text(str(os.getpid()))
+            os._exit(1)
+        return CompileResult(key=request.key, ok=True, worker=f"pid {os.getpid()}")
+
+
+def test_a_dead_actor_s_row_is_retried_on_another_and_the_actor_replaced(tmp_path: Path) -> None:
+    """Rows go to actors through Ray's ActorPool; a row whose actor dies goes to another actor, up to
+    executor.max_retries times, then fails as "Ray task failed"; each dead actor is replaced."""
+    import ray
+    from ray import cloudpickle
+
+    from farm.execute.dispatch import Dispatch
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
+    flaky = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(_Flaky)
+    started: list = []
+
+    def new_actor() -> object:
+        started.append(flaky.remote(str(tmp_path)))
+        return started[-1]
+
+    local.start(2)
+    try:
+        dispatch = Dispatch(lambda actor, request: actor.compile.remote(request), retries=1, replace=new_actor)
+        assert dispatch.start([new_actor(), new_actor()], 120) == 2
+        keys = [f"ok/{i}" for i in range(6)] + ["die/once", "die/always"]
+        for key in keys:
+            dispatch.submit(_Request(key))
+        results = [r for batch in dispatch.batches(0.1) for r in batch]
+    finally:
+        ray.shutdown()
+    by_key = {r.key: r for r in results}
+    assert sorted(by_key) == sorted(keys) and len(results) == len(keys)
+    assert all(by_key[k].ok for k in keys if k != "die/always")  # die/once: retried on another actor
+    assert not by_key["die/always"].ok and by_key["die/always"].error.startswith("Ray task failed: ")
+    assert len({by_key[k].worker for k in keys if k != "die/always"}) >= 2
+    # Three deaths (die/once once, die/always on its try and its one retry): three replacements.
+    assert len(started) == 2 + 3
