@@ -1,0 +1,99 @@
+"""The layer rules in pyproject.toml ([tool.importlinter]) hold for the package, and each one catches what it is for.
+
+Each case runs `lint-imports` on a copy of farm/ with one forbidden import (or an undeclared package) added:
+a contract that never fails would let a layout drift unnoticed, so every contract is shown breaking here.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+
+LAYERS = "farm: layers point down only"
+WORKER = "farm.worker imports only farm.contract, farm.toolchain, farm.core"
+CYCLES = "farm: no import cycles between siblings"
+
+
+def lint(root: Path) -> subprocess.CompletedProcess[str]:
+    # cwd first on sys.path: grimp reads the copy of farm/ in `root`, not the installed one.
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=root, capture_output=True, text=True, timeout=120)
+
+
+def verdict(out: str, contract: str) -> str:
+    """'KEPT' or 'BROKEN' for one contract, from lint-imports' summary lines."""
+    for line in out.splitlines():
+        if line.startswith(contract + " "):
+            return line.rsplit(" ", 1)[1]
+    raise AssertionError(f"contract {contract!r} not reported:\n{out}")
+
+
+@pytest.fixture()
+def farm_copy(tmp_path: Path) -> Path:
+    shutil.copytree(REPO / "farm", tmp_path / "farm", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path
+
+
+def add_line(path: Path, line: str) -> None:
+    path.write_text(path.read_text() + f"\n{line}\n")
+
+
+def test_the_package_keeps_every_contract(farm_copy: Path) -> None:
+    proc = lint(farm_copy)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for contract in (LAYERS, WORKER, CYCLES):
+        assert verdict(proc.stdout, contract) == "KEPT"
+
+
+def test_an_upward_import_breaks_the_layers(farm_copy: Path) -> None:
+    # table sits below plan: the config must not know how a build is decided.
+    add_line(farm_copy / "farm/table/rows.py", "from farm.plan import decide  # noqa")
+    proc = lint(farm_copy)
+    assert proc.returncode == 1
+    assert verdict(proc.stdout, LAYERS) == "BROKEN"
+    assert "farm.table is not allowed to import farm.plan" in proc.stdout
+    assert "farm.table.rows -> farm.plan.decide" in proc.stdout
+
+
+def test_siblings_on_one_layer_stay_independent(farm_copy: Path) -> None:
+    add_line(farm_copy / "farm/accept/verify.py", "from farm.store import lock  # noqa")
+    proc = lint(farm_copy)
+    assert verdict(proc.stdout, LAYERS) == "BROKEN"
+    assert "farm.accept is not allowed to import farm.store" in proc.stdout
+
+
+def test_an_import_inside_a_function_counts(farm_copy: Path) -> None:
+    add_line(farm_copy / "farm/core/canonical.py", "def _late():\n    from farm.build import build  # noqa")
+    proc = lint(farm_copy)
+    assert verdict(proc.stdout, LAYERS) == "BROKEN"
+    assert "farm.core is not allowed to import farm.build" in proc.stdout
+
+
+def test_the_worker_side_loads_no_driver_code(farm_copy: Path) -> None:
+    add_line(farm_copy / "farm/worker/forking.py", "from farm.table import rows  # noqa")
+    proc = lint(farm_copy)
+    assert verdict(proc.stdout, WORKER) == "BROKEN"
+    assert "farm.worker is not allowed to import farm.table" in proc.stdout
+
+
+def test_a_cycle_inside_a_package_is_named(farm_copy: Path) -> None:
+    # store imports outtree already; outtree importing manifest back closes a cycle within farm.store.
+    add_line(farm_copy / "farm/store/outtree.py", "from farm.store import manifest  # noqa")
+    proc = lint(farm_copy)
+    assert verdict(proc.stdout, CYCLES) == "BROKEN"
+    assert "No cycles are allowed in farm.store" in proc.stdout
+
+
+def test_a_new_package_needs_a_layer(farm_copy: Path) -> None:
+    (farm_copy / "farm/newstage").mkdir()
+    (farm_copy / "farm/newstage/__init__.py").write_text("")
+    proc = lint(farm_copy)
+    assert verdict(proc.stdout, LAYERS) == "BROKEN"
+    assert "- farm.newstage" in proc.stdout
