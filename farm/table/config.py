@@ -77,6 +77,11 @@ def find_project_root(start: Path | None = None) -> Path:
 
 def compose(root: Path, overrides: list[str]) -> DictConfig:
     """Compose conf/config.yaml with `overrides` (checked against the schema first) into one config."""
+    return _compose(root, overrides)[0]
+
+
+def _compose(root: Path, overrides: list[str]) -> tuple[DictConfig, dict[str, str]]:
+    """(the composed config, the file chosen for each config group)."""
     check_overrides(root, overrides)
     try:
         with initialize_config_dir(config_dir=str(root / "conf"), version_base=None):
@@ -89,15 +94,15 @@ def compose(root: Path, overrides: list[str]) -> DictConfig:
         # group file does not set (Hydra only overrides keys a file has; `+key=value` adds one).
         raise FarmError(f"config error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
                         "to set an option the chosen config file does not have, add it: +key=value") from None
-    return cfg
+    choices = {str(k): str(v) for k, v in cfg.hydra.runtime.choices.items()}
+    with open_dict(cfg):
+        del cfg["hydra"]  # Hydra's own settings (some resolve only inside a Hydra app)
+    return cfg, choices
 
 
 def _composed(root: Path, overrides: list[str]) -> dict[str, Any]:  # the keys of ConfigFile, values unchecked
     """The composed top level as plain data, every key declared (a stray one named with its file)."""
-    cfg = compose(root, overrides)
-    choices = {str(k): str(v) for k, v in cfg.hydra.runtime.choices.items()}  # group -> chosen file
-    with open_dict(cfg):
-        del cfg["hydra"]  # Hydra's own settings (some resolve only inside a Hydra app)
+    cfg, choices = _compose(root, overrides)
     raw = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(raw, dict)
     if "op_table" in raw or "target_table" in raw:
