@@ -237,6 +237,10 @@ def test_kernel_present_on_one_side_only(base: bytes) -> None:
     diffs = compare(base, repack(base, ".name", KERNEL, "rmsnorm_fwd_9"))
     assert [d.message for d in only(diffs, "kernel")] == [f"kernel {KERNEL} only in A",
                                                           "kernel rmsnorm_fwd_9 only in B"]
+    # The side that lacks the kernel is null in JSON (before: to_json kept an unencodable object there,
+    # so `farm diff --json` and the audit report failed on any entry present on one side only).
+    rows = json.loads(json.dumps(to_json(only(diffs, "kernel"))))
+    assert [(r["a"], r["b"]) for r in rows] == [(KERNEL, None), (None, "rmsnorm_fwd_9")]
 
 
 def test_metadata_and_code_summary(objects: Path) -> None:

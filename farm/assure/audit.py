@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from farm.assure.elfdiff import compare, summary, to_json
 from farm.core.atomic import write_text_atomic
 from farm.core.canonical import canonical_json, sha256_bytes
 from farm.core.errors import FarmError
@@ -101,8 +102,6 @@ def _json_diff(a: Any, b: Any, path: str = "") -> list[str]:
 
 
 def _compare_object(shipped: Path, rebuilt: Path, failure: str | None) -> dict[str, Any]:
-    from farm.assure.elfdiff import compare, summary, to_json
-
     if not shipped.is_file():
         return {"status": "missing", "reason": f"{shipped} is not in the audited tree"}
     if not rebuilt.is_file():
