@@ -1,0 +1,7 @@
+"""`python -m farm.cli ...` is `farm ...` (the tests run it this way)."""
+
+import sys
+
+from farm.cli.app import main
+
+sys.exit(main())

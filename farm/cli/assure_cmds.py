@@ -1,0 +1,38 @@
+"""farm check, farm audit and farm diff: is what outputs/ holds what the farm made?"""
+
+from __future__ import annotations
+
+from farm.assure.audit import audit
+from farm.assure.check import check
+from farm.assure.elfdiff import main as diff_main
+from farm.assure.golden import drift as golden_drift
+from farm.cli.parser import Invocation
+from farm.cli.selection import load, selected_rows
+from farm.store.lock import command_line, lock_wait, tree_lock
+from farm.store.preflight import require_writable
+
+
+def cmd_check(inv: Invocation) -> int:
+    cfg = load(inv.words)
+    rows, every = selected_rows(cfg)
+    # A shared hold: checks run side by side, but never see a build's half-written batch.
+    with tree_lock(cfg.outputs_dir, command_line(), shared=True, wait_s=lock_wait(cfg)):
+        found = check(cfg, rows, every) + golden_drift(cfg, rows)
+    for line in found:
+        print(f"DRIFT {line}")
+    dirs = len({(r.op, r.target) for r in rows})
+    print(f"checked {len(rows)} objects in {dirs} directories: "
+          + ("no drift" if not found else f"{len(found)} problem(s)"))
+    return 1 if found else 0
+
+
+def cmd_audit(inv: Invocation) -> int:
+    cfg = load(inv.words)
+    require_writable(cfg, outputs=False)  # the audit writes only its report
+    rows, every = selected_rows(cfg)
+    return audit(cfg, rows, every, inv.words)
+
+
+def cmd_diff(inv: Invocation) -> int:
+    """farm diff A.hsaco B.hsaco [--json]: what differs between two code objects, at the code-object level."""
+    return diff_main(set(inv.flags), inv.words)

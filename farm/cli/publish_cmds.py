@@ -1,0 +1,32 @@
+"""farm golden, push, pull and status: the published tree and its recorded digests."""
+
+from __future__ import annotations
+
+import sys
+
+from farm.cli.parser import Invocation
+from farm.cli.selection import load, selected_rows
+from farm.publish.dvc_stage import pull, push, seal_golden, status
+from farm.store.preflight import require_writable
+
+
+def cmd_golden(inv: Invocation) -> int:
+    """farm golden: record outputs.sha256 (and outputs.dvc) from a complete, clean tree."""
+    cfg = load(inv.words)
+    rows, every = selected_rows(cfg)
+    return seal_golden(cfg, rows, every, sys.stdout)
+
+
+def cmd_push(inv: Invocation) -> int:
+    return push(load(inv.words), set(inv.flags))
+
+
+def cmd_pull(inv: Invocation) -> int:
+    cfg = load(inv.words)
+    require_writable(cfg, reports=False)  # the pull checks out into outputs_dir
+    return pull(cfg, set(inv.flags))
+
+
+def cmd_status(inv: Invocation) -> int:
+    # The publish code reads its own spelling of "say more".
+    return status(load(inv.words), set(inv.flags) | ({"--verbose"} if inv.verbose else set()))
