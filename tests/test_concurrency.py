@@ -94,13 +94,13 @@ def test_push_refuses_when_the_tree_changes_between_check_and_publish(built: Pat
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "import farm.publish.dvc_stage as p\n"
-        "checked = p._drift\n"
+        "import farm.publish.push as p\n"
+        "checked = p.drift\n"
         "def drift_then_write(*args):\n"
         "    result = checked(*args)\n"
         "    Path('outputs/rmsnorm/gfx942/late.hsaco').write_bytes(b'late')\n"
         "    return result\n"
-        "p._drift = drift_then_write\n"
+        "p.drift = drift_then_write\n"
         "from farm.cli import main\n"
         "sys.exit(main(['push']))\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=600)

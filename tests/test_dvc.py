@@ -383,8 +383,9 @@ def test_absent_directory_is_a_warning_naming_its_command(src: Path, env: dict[s
     both = "targets=[gfx942,gfx90a]"
     proc = run_farm(project, "push", both, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # Warnings are log records (stderr); the report on stdout ends with what was published.
     assert ("WARNING outputs/rmsnorm/gfx90a/ is absent (6 rows): not published; "
-            "build it: `farm build ops=[rmsnorm] targets=[gfx90a]`") in proc.stdout.splitlines()
+            "build it: `farm build ops=[rmsnorm] targets=[gfx90a]`") in proc.stderr.splitlines()
     assert last_line(proc.stdout).startswith("published outputs.dvc: md5 ")
 
     fresh = clone(project, tmp_path / "fresh", outputs=False, published=True)
@@ -392,7 +393,7 @@ def test_absent_directory_is_a_warning_naming_its_command(src: Path, env: dict[s
     proc = run_farm(fresh, "pull", both, remote, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert ("WARNING outputs/rmsnorm/gfx90a/ is not in outputs.dvc (6 rows): "
-            "build it: `farm build ops=[rmsnorm] targets=[gfx90a]`") in proc.stdout.splitlines()
+            "build it: `farm build ops=[rmsnorm] targets=[gfx90a]`") in proc.stderr.splitlines()
     assert last_line(proc.stdout) == f"checked {SMALL_ROWS_PER_TARGET} objects: no drift"
 
     # A published directory that is absent here: the warning names the pull that brings it back.
@@ -400,4 +401,28 @@ def test_absent_directory_is_a_warning_naming_its_command(src: Path, env: dict[s
     proc = run_farm(fresh, "push", SEL, remote, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (f"WARNING outputs/{TARGET_DIR}/ is absent (6 rows): not published; it is in the previous outputs.dvc, "
-            f"and this push drops it; to keep it: `farm pull {remote}`, then `farm push`") in proc.stdout
+            f"and this push drops it; to keep it: `farm pull {remote}`, then `farm push`") in proc.stderr
+
+
+# ------------------------------------------------------------------ fix commands name the remote as Hydra chose it
+
+@pytest.mark.parametrize("default_entry", ["- remote: s3", "- optional remote: s3"])
+def test_fix_commands_name_the_remote_unless_it_is_the_default(tmp_path: Path, default_entry: str) -> None:
+    """The default remote is whatever Hydra's defaults list chooses. Before, conf/config.yaml was read again
+    by hand: an `optional remote: s3` entry was not recognised, `local` was taken as the default, and the
+    printed fix commands left out the `remote=local` they need."""
+    from farm.publish.commands import remote_args
+    from farm.table.config import load
+
+    project = tmp_path / "p"
+    shutil.copytree(REPO / "conf", project / "conf")
+    config = project / "conf" / "config.yaml"
+    config.write_text(config.read_text().replace("  - remote: local\n", f"  {default_entry}\n", 1))
+    s3 = project / "conf" / "remote" / "s3.yaml"
+    s3.write_text(s3.read_text().replace("url: ???", "url: s3://bucket/prefix", 1))
+
+    assert remote_args(load(project, [])) == []
+    assert remote_args(load(project, ["remote.region=eu-west-1"])) == ["remote.region=eu-west-1"]
+    assert remote_args(load(project, ["remote=local"])) == ["remote=local"]
+    assert remote_args(load(project, ["remote=local", "remote.verify=false"])) == ["remote=local",
+                                                                                   "remote.verify=false"]
