@@ -3,14 +3,21 @@ the nearest spelling, -v/-q, and what a build reports on stderr when it is not a
 
 from __future__ import annotations
 
+import io
+import logging
+import os
 import re
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
 from conftest import REPO, run_farm
 
 from farm.cli.verbs import VERBS
+from farm.core.errors import FarmError
+from farm.store.progress import INTERVAL_ENV, BuildProgress, InFlight, Status, interval_s
 
 VERB_NAMES = [verb.name for verb in VERBS]
 
@@ -113,3 +120,125 @@ def test_errors_go_to_stderr_and_quiet_keeps_them(small_project: Path) -> None:
         proc = run_farm(small_project, *args)
         assert proc.returncode == 2 and proc.stdout == ""
         assert proc.stderr.startswith("farm plan: error: ") and "\n  fix: " in proc.stderr, proc.stderr
+
+
+# --------------------------------------------------------------------------------------------------
+# Progress of a build (farm/store/progress.py)
+
+PROGRESS_LINE = re.compile(r"^progress: (\d+)/(\d+) rows, (\d+\.\d\d) rows/s, ETA (\S+ ?s?|unknown); (\d+) in flight"
+                           r"(?:, slowest (\S+) \((\S+ ?s?)\))?$")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_in_flight_estimate_follows_submission_order_and_slots() -> None:
+    flight = InFlight(["a", "b", "c", "d"], slots=2, now=0.0)
+    assert len(flight) == 2 and flight.oldest(3.0) == ("a", 3.0)
+    flight.finished("b", 5.0)  # c takes b's worker at t=5
+    assert flight.oldest(8.0) == ("a", 8.0)
+    flight.finished("a", 9.0)  # d starts at 9; c (since 5) is now the oldest
+    assert len(flight) == 2 and flight.oldest(10.0) == ("c", 5.0)
+    flight.finished("d", 11.0)
+    flight.finished("c", 12.0)
+    assert len(flight) == 0 and flight.oldest(13.0) is None
+
+
+def test_a_row_back_before_its_turn_is_never_counted_in_flight() -> None:
+    flight = InFlight(["a", "b", "c"], slots=1, now=0.0)
+    flight.finished("c", 1.0)  # Ray ran c early
+    flight.finished("a", 2.0)
+    assert flight.oldest(4.0) == ("b", 2.0)
+    flight.finished("b", 5.0)
+    assert len(flight) == 0  # c is not started again
+
+
+def test_progress_line_fields() -> None:
+    status = Status(done=30, total=90, elapsed_s=20.0, in_flight=2, oldest=("rmsnorm/gfx942/x", 75.4))
+    match = PROGRESS_LINE.match(status.line())
+    assert match, status.line()
+    assert match.groups() == ("30", "90", "1.50", "40 s", "2", "rmsnorm/gfx942/x", "1m15s")
+    assert status.postfix() == "2 in flight, oldest rmsnorm/gfx942/x 1m15s"
+    start = Status(done=0, total=5, elapsed_s=0.0, in_flight=0, oldest=None)
+    assert start.line() == "progress: 0/5 rows, 0.00 rows/s, ETA unknown; 0 in flight"
+
+
+class FakePool:
+    def __init__(self, batches: list[list[str]]) -> None:
+        self.batches = batches
+
+    def completed_batches(self):  # noqa: ANN201
+        for keys in self.batches:
+            yield [SimpleNamespace(key=k) for k in keys]
+
+
+def test_not_a_terminal_gets_periodic_lines(caplog: pytest.LogCaptureFixture) -> None:
+    """The line's fields as the build goes (a short period stands in for the default 10 s)."""
+    clock = Clock()
+    caplog.set_level(logging.INFO, logger="farm.store.progress")
+    with BuildProgress(["r1", "r2", "r3"], slots=2, file=io.StringIO(), period_s=0.01, clock=clock) as progress:
+        batches = progress.watch(FakePool([["r2"]])).completed_batches()
+        clock.now += 4
+        next(batches)
+        progress.update(1)
+        clock.now += 2  # r1 has run 6 s, r3 2 s
+        seen = wait_for_line(caplog, "progress: 1/3")
+        progress.write("FAILED r9: it broke")
+    match = PROGRESS_LINE.match(seen)
+    assert match, seen
+    assert match.groups() == ("1", "3", "0.17", "12 s", "2", "r1", "6 s")
+    assert [r.levelno for r in caplog.records if r.getMessage() == "FAILED r9: it broke"] == [logging.WARNING]
+
+
+def wait_for_line(caplog: pytest.LogCaptureFixture, prefix: str) -> str:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(prefix)]
+        if lines:
+            return lines[-1]
+        time.sleep(0.01)
+    raise AssertionError(f"no line starting {prefix!r}: {[r.getMessage() for r in caplog.records]}")
+
+
+def test_quiet_shows_no_progress(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="farm.store.progress")
+    with BuildProgress(["r1"], slots=1, file=io.StringIO(), period_s=0.01) as progress:
+        time.sleep(0.1)
+        assert progress.bar is None
+    assert not [r for r in caplog.records if r.getMessage().startswith("progress:")]
+
+
+def test_terminal_bar_shows_the_rows_in_flight(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="farm.store.progress")
+    leader, follower = os.openpty()
+    clock = Clock()
+    try:
+        with open(follower, "w", closefd=False) as tty:
+            with BuildProgress(["r1", "r2", "r3"], slots=2, file=tty, period_s=60, clock=clock) as progress:
+                clock.now += 7
+                next(progress.watch(FakePool([["r1"]])).completed_batches())
+                progress.update(1)
+            tty.flush()
+            shown = os.read(leader, 65536).decode()  # the bar as it closed
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert "compiling" in shown and "1/3" in shown
+    assert "2 in flight, oldest r2 7 s" in shown, shown
+    assert not [r for r in caplog.records if r.getMessage().startswith("progress:")]  # the bar, not lines
+
+
+def test_progress_interval_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(INTERVAL_ENV, raising=False)
+    assert interval_s() == 10.0
+    monkeypatch.setenv(INTERVAL_ENV, "0.5")
+    assert interval_s() == 0.5
+    for bad in ("0", "-1", "soon", "inf"):
+        monkeypatch.setenv(INTERVAL_ENV, bad)
+        with pytest.raises(FarmError, match=f"{INTERVAL_ENV}='{bad}' is not a positive number of seconds"):
+            interval_s()
