@@ -12,6 +12,7 @@ from typing import Any
 
 from farm.accept.elfinfo import NotACodeObject, read_code_object
 from farm.accept.verify import describe, problems
+from farm.contract import CompileRequest, CompileResult, TargetFacts
 from farm.core.canonical import sha256_bytes
 from farm.core.errors import FarmError
 from farm.core.private import private_dir
@@ -28,17 +29,14 @@ from farm.toolchain import disasm
 from farm.toolchain.pin import compile_part, differences
 
 STDERR_TAIL_LINES = 40
-# Per row in the build report: timings, where it ran and with which toolchain, its peak memory, what the
-# compiler said.
-REPORT_FIELDS = ("key", "ok", "seconds", "warmup_seconds", "compile_seconds", "started_unix", "finished_unix",
-                 "node", "worker", "pid", "toolchain", "max_rss_mib", "warnings", "error", "stderr")
 
 
-def _request(cfg: FarmConfig, row: Row) -> dict[str, Any]:
-    op = cfg.ops[row.op]
-    return {"key": row.key, "generator": op.generator, "knobs": row.knobs,
-            "target": cfg.targets[row.target].as_dict(), "linker": cfg.toolchain_pin.get("linker"),
-            "pin": compile_part(cfg.toolchain_pin)}
+def compile_request(cfg: FarmConfig, row: Row) -> CompileRequest:
+    """What a worker needs to compile `row` (farm/contract.py): no path of this disk."""
+    target = cfg.targets[row.target]
+    return CompileRequest(key=row.key, generator=cfg.ops[row.op].generator, knobs=dict(row.knobs),
+                          target=TargetFacts(target.name, target.python_arch, target.mlir_chipset),
+                          linker=cfg.toolchain_pin.get("linker"), pin=compile_part(cfg.toolchain_pin))
 
 
 class DirectoryWriter:
@@ -118,7 +116,7 @@ class DirectoryWriter:
         return gone
 
 
-def accept(cfg: FarmConfig, row: Row, result: dict[str, Any], compiled: CompileRecord,
+def accept(cfg: FarmConfig, row: Row, result: CompileResult, compiled: CompileRecord,
            functions: dict[str, dict[str, int]] | str,
            ran: frozenset[str] = frozenset()) -> tuple[dict | None, str | None]:
     """Check a worker's result; returns (manifest entry, None) or (None, reason it is refused).
@@ -129,24 +127,29 @@ def accept(cfg: FarmConfig, row: Row, result: dict[str, Any], compiled: CompileR
         refused = _refusal(cfg, row, result, compiled, functions)
         if refused:
             return None, refused
-        _entry(cfg, row, result["elf"], compiled, functions, {})  # the entry's own code runs here too
+        _entry(cfg, row, _elf(result), compiled, functions, {})  # the entry's own code runs here too
     code.filenames |= ran
-    return _entry(cfg, row, result["elf"], compiled, functions, code.files()), None
+    return _entry(cfg, row, _elf(result), compiled, functions, code.files()), None
 
 
-def _refusal(cfg: FarmConfig, row: Row, result: dict[str, Any], compiled: CompileRecord,
+def _elf(result: CompileResult) -> bytes:
+    assert result.elf is not None  # accepted results have an object (_refusal)
+    return result.elf
+
+
+def _refusal(cfg: FarmConfig, row: Row, result: CompileResult, compiled: CompileRecord,
              functions: dict[str, dict[str, int]] | str) -> str | None:
     """Why the result is not accepted, None when it is."""
-    if not result.get("ok"):
-        return result.get("error") or "compile failed"
-    diff = differences(compile_part(cfg.toolchain_pin), result.get("toolchain") or {})
+    if not result.ok or result.elf is None:
+        return result.error or "compile failed"
+    diff = differences(compile_part(cfg.toolchain_pin), result.toolchain or {})
     if diff:
-        return f"worker on node {result.get('node')} has a different toolchain: {'; '.join(diff)}"
+        return f"worker on node {result.node} has a different toolchain: {'; '.join(diff)}"
     stale = _generator_mismatch(compiled.generator)
     if stale:
-        return f"worker on node {result.get('node')} runs different farm generator code ({stale})"
+        return f"worker on node {result.node} runs different farm generator code ({stale})"
     try:
-        co = read_code_object(result["elf"])
+        co = read_code_object(result.elf)
     except NotACodeObject as exc:
         return f"object is not a code object: {exc}"
     if isinstance(functions, str):
@@ -184,16 +187,16 @@ def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], tree: Tree, write
         with CodeRecorder() as code:
             counts = disassemble(cfg, [(rows[r["key"]], r) for r in batch])
         for result in batch:
-            row = rows[result["key"]]
+            row = rows[result.key]
             entry, refused = accept(cfg, row, result, CompileRecord.of_result(result, tree),
                                     counts.get(row.key, "it was not disassembled"), frozenset(code.filenames))
             if entry is not None:
-                writer.write_object(row, result["elf"], entry)
+                writer.write_object(row, _elf(result), entry)
                 built += 1
             else:
-                failures.append((row, refused or "", result.get("stderr") or ""))
+                failures.append((row, refused or "", result.stderr))
                 bar.write(f"FAILED {row.key}: {refused}", file=log)
-            report_rows.append({k: result.get(k) for k in REPORT_FIELDS}
+            report_rows.append(result.report_fields()
                                | {"written": entry is not None, "refused": refused})
             bar.update(1)
         writer.flush()
@@ -210,10 +213,10 @@ def reverify(cfg: FarmConfig, todo: list[Decision], writer: DirectoryWriter, rep
         entry, elf = writer.recorded(d.row)
         ok = entry is not None and elf is not None and sha256_bytes(elf) == entry.get("sha256")
         inputs = entry.get("inputs") if entry is not None and isinstance(entry.get("inputs"), dict) else {}
-        results.append((d.row, CompileRecord.of_entry(inputs), {
-            "key": d.row.key, "ok": ok, "elf": elf if ok else None, "node": "driver (re-verify)",
-            "error": None if ok else "the object changed since it was planned; run farm build again",
-            "toolchain": compile_part(cfg.toolchain_pin)}))
+        results.append((d.row, CompileRecord.of_entry(inputs), CompileResult(
+            key=d.row.key, ok=ok, elf=elf if ok else None, node="driver (re-verify)",
+            error=None if ok else "the object changed since it was planned; run farm build again",
+            toolchain=compile_part(cfg.toolchain_pin))))
     with CodeRecorder() as code:
         counts = disassemble(cfg, [(row, result) for row, _, result in results])
     passed = 0
@@ -232,12 +235,12 @@ def reverify(cfg: FarmConfig, todo: list[Decision], writer: DirectoryWriter, rep
     return passed
 
 
-def disassemble(cfg: FarmConfig, results: list[tuple[Row, dict[str, Any]]]) -> dict[str, dict | str]:
+def disassemble(cfg: FarmConfig, results: list[tuple[Row, CompileResult]]) -> dict[str, dict | str]:
     """Disassembly counts of every object in `results`, one disassembler run per target."""
     by_target: dict[str, list[tuple[Row, bytes]]] = {}
     for row, result in results:
-        if result.get("ok") and isinstance(result.get("elf"), bytes):
-            by_target.setdefault(row.target, []).append((row, result["elf"]))
+        if result.ok and isinstance(result.elf, bytes):
+            by_target.setdefault(row.target, []).append((row, result.elf))
     counts: dict[str, dict | str] = {}
     for target, items in by_target.items():
         found = disasm.count_many(cfg.toolchain_pin.get("disassembler"), target, [elf for _, elf in items])
@@ -329,7 +332,7 @@ def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryW
     with RayExecutor(cfg.executor, cfg.compile_timeout_s, standing) as pool:
         pool.share_sources(sources)
         for d in (reversed(todo) if cfg.extra.get("row_order") == "reversed" else todo):
-            pool.submit(_request(cfg, d.row))
+            pool.submit(compile_request(cfg, d.row))
         bar = tqdm(total=len(todo), desc="compiling", unit="obj", file=log, disable=None)
         try:
             # A long build keeps the standing cluster's idle clock from running out under it.

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from farm.build import _request
+from farm.build import compile_request
+from farm.contract import CompileRequest, CompileResult
 from farm.plan.sources import collect
 from farm.table import config as config_mod
 from farm.table.expand import fresh_rows
@@ -25,20 +26,20 @@ WARM_RUNS = 16
 
 
 @pytest.fixture(scope="module")
-def problem_row() -> tuple[dict, dict[str, bytes]]:
+def problem_row() -> tuple[CompileRequest, dict[str, bytes]]:
     op, target, name = ROW
     cfg = config_mod.load(REPO, [f"ops=[{op}]", f"targets=[{target}]", f"names=[{name}]"])
     rows, _ = fresh_rows(cfg)
     assert [r.name for r in rows] == [name]
-    return _request(cfg, rows[0]), collect(cfg.kernels_dir)
+    return compile_request(cfg, rows[0]), collect(cfg.kernels_dir)
 
 
-def _sha(result: dict) -> str:
-    assert result["ok"], result["error"] + "\n" + result["stderr"][-3000:]
-    return hashlib.sha256(result["elf"]).hexdigest()
+def _sha(result: CompileResult) -> str:
+    assert result.ok and result.elf is not None, f"{result.error}\n{result.stderr[-3000:]}"
+    return hashlib.sha256(result.elf).hexdigest()
 
 
-def test_warm_compiles_of_the_varying_row_agree_with_a_fresh_process(problem_row: tuple[dict, dict]) -> None:
+def test_warm_compiles_of_the_varying_row_agree_with_a_fresh_process(problem_row: tuple[CompileRequest, dict]) -> None:
     request, sources = problem_row
     fresh = _sha(isolate.compile_isolated(request, sources, 600, warm=False))
     warm = Counter(_sha(isolate.compile_isolated(request, sources, 600, warm=True)) for _ in range(WARM_RUNS))

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, copy_project, run_farm, shrink_rmsnorm
 
+from farm.contract import CompileRequest
+
 # A test-only op: one healthy row (the real rmsnorm kernel), one row whose compile process aborts
 # the way an LLVM instruction-selection error does (SIGABRT after a message on stderr), and one
 # row that never finishes; and for the parent's own deadline, a row that ignores its alarm and one
@@ -173,9 +175,9 @@ def test_a_dead_compile_server_is_not_reported_as_a_time_limit(crashy_project: P
 
 
 @pytest.fixture()
-def rmsnorm_request() -> Iterator[tuple[dict, dict[str, bytes]]]:
+def rmsnorm_request() -> Iterator[tuple[CompileRequest, dict[str, bytes]]]:
     """One real row compiled in this process's own zygote (stopped, by its pids, at the end)."""
-    from farm.build import _request
+    from farm.build import compile_request
     from farm.plan.sources import collect
     from farm.table import config as config_mod
     from farm.table.expand import fresh_rows
@@ -183,13 +185,13 @@ def rmsnorm_request() -> Iterator[tuple[dict, dict[str, bytes]]]:
 
     cfg = config_mod.load(REPO, ["ops=[rmsnorm]", "targets=[gfx942]", "dtypes=[f32]"])
     rows, _ = fresh_rows(cfg)
-    yield _request(cfg, rows[0]), collect(cfg.kernels_dir)
+    yield compile_request(cfg, rows[0]), collect(cfg.kernels_dir)
     if isolate._ZYGOTE is not None:
         isolate._ZYGOTE.stop()
         isolate._ZYGOTE = None
 
 
-def test_lost_linker_shim_is_recreated_and_its_error_named(rmsnorm_request: tuple[dict, dict],
+def test_lost_linker_shim_is_recreated_and_its_error_named(rmsnorm_request: tuple[CompileRequest, dict],
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Case 8: a temp cleaner deleting the zygote home's `ld.lld` shim failed every later compile of that
     worker, and the console showed MLIR text instead of the linker's failure."""
@@ -197,7 +199,7 @@ def test_lost_linker_shim_is_recreated_and_its_error_named(rmsnorm_request: tupl
 
     request, sources = rmsnorm_request
     first = isolate.compile_isolated(request, sources, 120)
-    assert first["ok"], first["error"]
+    assert first.ok, first.error
     zygote = isolate._ZYGOTE
     assert zygote is not None and zygote.home.parent == isolate.short_private_dir("zygotes")
     shim = zygote.home / "rocm" / "llvm" / "bin" / "ld.lld"
@@ -206,18 +208,18 @@ def test_lost_linker_shim_is_recreated_and_its_error_named(rmsnorm_request: tupl
     with monkeypatch.context() as patch:
         patch.setattr(isolate, "write_linker_shim", lambda rocm, linker=None: rocm)
         failed = isolate.compile_isolated(request, sources, 120)
-    assert not failed["ok"]
-    assert failed["error"].startswith("compiler process exited with status 1: ")
-    assert "lld invocation failed" in failed["error"] and "llvm.func" not in failed["error"]
+    assert not failed.ok and failed.error is not None
+    assert failed.error.startswith("compiler process exited with status 1: ")
+    assert "lld invocation failed" in failed.error and "llvm.func" not in failed.error
     # With it: the shim is written again before the compile, the same zygote compiles.
     again = isolate.compile_isolated(request, sources, 120)
-    assert again["ok"], again["error"]
-    assert again["elf"] == first["elf"] and isolate._ZYGOTE is zygote and shim.is_file()
+    assert again.ok, again.error
+    assert again.elf == first.elf and isolate._ZYGOTE is zygote and shim.is_file()
     # The whole home gone (socket included): a new zygote pair starts and compiles.
     shutil.rmtree(zygote.home)
     fresh = isolate.compile_isolated(request, sources, 120)
-    assert fresh["ok"], fresh["error"]
-    assert fresh["elf"] == first["elf"] and isolate._ZYGOTE is not zygote
+    assert fresh.ok, fresh.error
+    assert fresh.elf == first.elf and isolate._ZYGOTE is not zygote
     assert zygote.proc.poll() is not None and zygote.binary.poll() is not None  # the old pair was ended
 
 

@@ -23,11 +23,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from farm.contract import FARM_DIR, CompileResult, farm_rel
 from farm.core.canonical import digest_of, sha256_file
 from farm.plan.sources import Tree, lookup_state, path_ok
 from farm.table.config import FarmConfig
 from farm.table.rows import Row
-from farm.worker.main import FARM_DIR, farm_rel
 
 # Keys of a row's inputs that only the driver's verification decides (no compile needed when they change).
 VERIFY_KEYS = ("verifier",)
@@ -103,10 +103,10 @@ class CompileRecord:
     generator: dict[str, Any]
 
     @classmethod
-    def of_result(cls, result: dict[str, Any], tree: Tree) -> CompileRecord:
+    def of_result(cls, result: CompileResult, tree: Tree) -> CompileRecord:
         """From a worker's result; its lookups are evaluated against the files that build shipped."""
-        lookups = {key: lookup_state(tree, key) for key in result.get("lookups") or [] if isinstance(key, str)}
-        return cls(dict(result.get("sources") or {}), lookups, dict(result.get("generator") or {}))
+        lookups = {key: lookup_state(tree, key) for key in result.lookups if isinstance(key, str)}
+        return cls(dict(result.sources), lookups, dict(result.generator))
 
     @classmethod
     def of_entry(cls, inputs: dict[str, Any]) -> CompileRecord:

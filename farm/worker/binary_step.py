@@ -12,20 +12,26 @@ So the compile process stops before `gpu-module-to-binary`, prints the module, a
 it and runs that one pass in a process whose whole history is the same for every row: a fork of a
 server that only imported FlyDSL's compiler (`serve`; it never traces a kernel), or a fresh
 interpreter (`main`).
-The resulting `gpu.binary` op replaces the `gpu.module` in the compile process (FlyDSL's own
-external-codegen helper), and FlyDSL continues as usual.
+The compile process reaches this step through FlyDSL's own external-toolchain hook: with
+FLYDSL_COMPILE_LLVM_DIR set, FlyDSL writes the gpu.module to a file and runs `<dir>/bin/mlir-opt` on it
+for the binary pass; the farm's `mlir-opt` (`write_mlir_opt`) is a small script that hands the job to
+the binary server (or does it itself, as a fresh interpreter). FlyDSL then puts the resulting
+`gpu.binary` op in place of the `gpu.module` and continues as usual.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import selectors
+import shlex
+import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from farm.worker.forking import run_forked
 
@@ -44,14 +50,11 @@ def _seconds_left(deadline_unix: float | None) -> float | None:
 
 def codegen(module_text: str, fragment: str) -> str:
     """Parse `module_text`, run the binary fragment, return the module (now holding gpu.binary) as text."""
-    from flydsl._mlir import ir
-    from flydsl._mlir.passmanager import PassManager
-    from flydsl.compiler.jit_function import _create_mlir_context
+    # Imported here, not at the top: the `mlir-opt` client that only forwards a job to the server must
+    # start in milliseconds, without FlyDSL.
+    from farm.worker import flydsl_compat
 
-    with _create_mlir_context():
-        module = ir.Module.parse(module_text)
-        PassManager.parse(f"builtin.module({fragment})").run(module.operation)
-        return module.operation.get_asm()
+    return flydsl_compat.run_binary_pass(module_text, f"builtin.module({fragment})")
 
 
 def _job_files(work: Path) -> tuple[Path, Path, Path, Path]:
@@ -59,9 +62,16 @@ def _job_files(work: Path) -> tuple[Path, Path, Path, Path]:
 
 
 def run_in_own_process(module_text: str, fragment: str, work: Path) -> str:
-    """The compile process's side: hand the module to the binary server (or a fresh interpreter)."""
-    src, out, job_path, log_path = _job_files(work)
+    """Hand the module to the binary server (or a fresh interpreter); returns the module holding gpu.binary."""
+    src, out, _, _ = _job_files(work)
     src.write_text(module_text)
+    _codegen_files(src, out, fragment, work)
+    return out.read_text()
+
+
+def _codegen_files(src: Path, out: Path, fragment: str, work: Path) -> None:
+    """Run the binary pass on the module in `src`, writing the result to `out`, in a process of its own."""
+    _, _, job_path, log_path = _job_files(work)
     deadline = float(os.environ[DEADLINE_ENV]) if os.environ.get(DEADLINE_ENV) else None
     job_path.write_text(json.dumps({"input": str(src), "output": str(out), "fragment": fragment,
                                     "log": str(log_path), "deadline_unix": deadline}))
@@ -87,7 +97,6 @@ def run_in_own_process(module_text: str, fragment: str, work: Path) -> str:
         code, log = proc.returncode, proc.stdout + proc.stderr
     if code != 0 or not out.is_file():
         raise RuntimeError(f"LLVM codegen ({BINARY_PASS}) failed in its own process (exit {code}):\n{log}")
-    return out.read_text()
 
 
 def _run_job(job_path: str) -> int:
@@ -97,30 +106,62 @@ def _run_job(job_path: str) -> int:
     return 0
 
 
-def install(work: Path) -> None:
-    """In the compile process: FlyDSL's pipeline runs everything before the binary pass here and the
-    binary pass in its own process."""
-    from flydsl._mlir import ir
-    from flydsl.compiler import external_llvm, jit_function
+# The farm's `mlir-opt` for FlyDSL's external-codegen hook (FLYDSL_COMPILE_LLVM_DIR=<dir>): FlyDSL runs
+# `<dir>/bin/mlir-opt IN --pass-pipeline=builtin.module(FRAGMENT) -o OUT [LLVM options]`.
+MLIR_OPT = """#!/bin/sh
+exec {python} -m farm.worker.binary_step --mlir-opt "$@"
+"""
 
-    original = jit_function._run_pipeline
 
-    def run_pipeline(module: Any, fragments: list, **kwargs: Any) -> None:
-        if not fragments or not fragments[-1].strip().startswith(BINARY_PASS):
-            return original(module, fragments, **kwargs)
-        original(module, fragments[:-1], **kwargs)
-        text = run_in_own_process(module.operation.get_asm(), fragments[-1], work)
-        external_llvm._replace_gpu_module_with_binary_op(module, ir.Module.parse(text, context=module.context))
-        module.operation.verify()
+def write_mlir_opt(llvm_dir: Path) -> Path:
+    """Write the farm's `mlir-opt` under `llvm_dir`/bin; returns `llvm_dir`."""
+    tool = llvm_dir / "bin" / "mlir-opt"
+    tool.parent.mkdir(parents=True, exist_ok=True)
+    tool.write_text(MLIR_OPT.format(python=shlex.quote(sys.executable)))
+    tool.chmod(0o755)
+    return llvm_dir
 
-    jit_function._run_pipeline = run_pipeline
+
+def mlir_opt(argv: list[str]) -> int:
+    """The farm's `mlir-opt`: the binary pass on one file, in the binary server (or in this process)."""
+    src, out, pipeline, extra = _mlir_opt_args(argv)
+    if extra:  # FlyDSL passes compile hints' llvm_options here; the farm's kernels set none
+        sys.stderr.write(f"farm mlir-opt: LLVM options {extra} are not supported (the codegen server does not "
+                         "apply per-compile LLVM options)\n")
+        return 2
+    prefix, suffix = "builtin.module(", ")"
+    if not (pipeline.startswith(prefix + BINARY_PASS) and pipeline.endswith(suffix)):
+        sys.stderr.write(f"farm mlir-opt: only builtin.module({BINARY_PASS}...) runs here, not {pipeline!r}\n")
+        return 2
+    try:
+        _codegen_files(src, out, pipeline[len(prefix):-len(suffix)], src.parent)
+    except RuntimeError as exc:
+        sys.stderr.write(f"{exc}\n")
+        return 1
+    return 0
+
+
+def _mlir_opt_args(argv: list[str]) -> tuple[Path, Path, str, list[str]]:
+    """(input, output, pipeline, other options) of an mlir-opt command line as FlyDSL writes it."""
+    src = out = None
+    pipeline, extra = "", []
+    items = iter(argv)
+    for arg in items:
+        if arg.startswith("--pass-pipeline="):
+            pipeline = arg.split("=", 1)[1]
+        elif arg == "-o":
+            out = Path(next(items))
+        elif arg.startswith("-"):
+            extra.append(arg)
+        else:
+            src = Path(arg)
+    if src is None or out is None or not pipeline:
+        raise SystemExit(f"farm mlir-opt: expected IN --pass-pipeline=... -o OUT, got {argv}")
+    return src, out, pipeline, extra
 
 
 def _run_child(job_path: str) -> int:
     """In the forked child: its output goes to the job's log, and it has a time limit of its own."""
-    import gc
-    import signal
-
     gc.disable()
     signal.alarm(CHILD_TIME_LIMIT_S)
     fd = os.open(json.loads(Path(job_path).read_text())["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -133,12 +174,7 @@ def serve(socket_path: str) -> None:
     """The binary server: import the MLIR bindings once, then fork one child per job. Each child starts
     from the same state, so codegen sees the same process history for every row. Ends when its
     parent (the worker) closes stdin."""
-    import gc
-    import selectors
-
-    from flydsl._mlir import ir  # noqa: F401  (the imports, done once)
-    from flydsl._mlir.passmanager import PassManager  # noqa: F401
-    from flydsl.compiler.jit_function import _create_mlir_context  # noqa: F401
+    from farm.worker import flydsl_compat  # noqa: F401  (the MLIR bindings, imported once for every child)
 
     gc.collect()
     gc.freeze()
@@ -176,6 +212,8 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--serve"]:
         serve(argv[1])
         return 0
+    if argv[:1] == ["--mlir-opt"]:
+        return mlir_opt(argv[1:])
     return _run_job(argv[0])
 
 

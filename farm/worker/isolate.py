@@ -23,17 +23,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import farm
+import psutil
+
+from farm.contract import FARM_DIR, CompileJob, CompileRequest, CompileResult, ContractError, ProcessRecord, TargetFacts
 from farm.core.canonical import sha256_bytes
 from farm.core.private import private_dir
 from farm.toolchain.pin import differences, installed, write_linker_shim
 from farm.worker.binary_step import DEADLINE_ENV, SERVER_ENV
-from farm.worker.main import farm_files, module_closure
+from farm.worker.farm_code import farm_files, module_closure
+
+# The zygote serves every target: its own environment names none.
+NO_TARGET = TargetFacts(name="", python_arch="", mlir_chipset="")
 
 
 # The child's whole environment. Nothing from the caller's environment leaks in, so HOME, locale,
-# time zone, hash seed or stray FLYDSL_* variables on a worker cannot change the bytes.
-def child_environment(work: Path, target: dict[str, Any]) -> dict[str, str]:
+# time zone, hash seed or stray FLYDSL_* variables on a worker cannot change the bytes. (The compile
+# process itself then selects the farm's FlyDSL backend and codegen hook: farm/worker/flydsl_compat.py.)
+def child_environment(work: Path, target: TargetFacts) -> dict[str, str]:
     return {
         "PATH": "/usr/bin:/bin",
         "HOME": str(work / "home"),
@@ -44,7 +50,7 @@ def child_environment(work: Path, target: dict[str, Any]) -> dict[str, str]:
         "PYTHONHASHSEED": "0",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONNOUSERSITE": "1",
-        "PYTHONPATH": str(Path(farm.__file__).resolve().parent.parent),
+        "PYTHONPATH": str(FARM_DIR.parent),
         "OMP_NUM_THREADS": "1",
         # FlyDSL: compile, never launch; never read or write its own JIT cache (its key is not our pin).
         "COMPILE_ONLY": "1",
@@ -54,8 +60,8 @@ def child_environment(work: Path, target: dict[str, Any]) -> dict[str, str]:
         "FLYDSL_COMPILE_OPT_LEVEL": "2",
         "FLYDSL_DEBUG_ENABLE_DEBUG_INFO": "0",
         # The object is stamped with the target's name; FlyDSL's Python-side arch checks see a member.
-        "ARCH": target["name"],
-        "FLYDSL_GPU_ARCH": target["python_arch"],
+        "ARCH": target.name,
+        "FLYDSL_GPU_ARCH": target.python_arch,
         "ROCM_PATH": str(work / "rocm"),
     }
 
@@ -142,7 +148,7 @@ class Zygote:
         self.home = Path(tempfile.mkdtemp(prefix="farm-zygote-", dir=zygotes))
         (self.home / "home").mkdir()
         (self.home / "tmp").mkdir()
-        env = child_environment(self.home, {"name": "", "python_arch": ""})
+        env = child_environment(self.home, NO_TARGET)
         self.log_path = self.home / "zygote.log"
         self.log = open(self.log_path, "wb")  # noqa: SIM115 (lives as long as the zygote)
         started = time.monotonic()
@@ -182,7 +188,7 @@ class Zygote:
         kills the child itself; a child that ignores its own alarm cannot hang the row."""
         # The codegen server's linker shim may have been deleted (a temp cleaner): write it again.
         write_linker_shim(self.home / "rocm", self.linker)
-        job = {"request": str(work / "request.json"), "result": str(work / "object.bin"),
+        job = {"request": str(work / "job.json"), "result": str(work / "object.bin"),
                "log": str(work / "compile.log"), "env": dict(env, **{SERVER_ENV: str(self.binary_socket)}),
                "cwd": str(work), "timeout_s": timeout_s}
         assert self.proc.stdin is not None
@@ -239,8 +245,6 @@ def _how(code: int) -> str:
 
 def _process(pid: int) -> Any:
     """A handle on the zygote's child that remembers its start time, or None if it is already gone."""
-    import psutil
-
     try:
         return psutil.Process(pid)
     except psutil.Error:
@@ -282,7 +286,7 @@ def _run_fresh(work: Path, env: dict[str, str], timeout_s: float) -> Outcome:
     """A new interpreter for this one compile (pays the imports every time). It leads its own process
     group, so a timeout ends its codegen process too."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "farm.worker.main", str(work / "request.json"), str(work / "object.bin")],
+        [sys.executable, "-m", "farm.worker.zygote", "--fresh", str(work / "job.json"), str(work / "object.bin")],
         cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         start_new_session=True)
     try:
@@ -351,59 +355,67 @@ def generator_files(compile_process: dict[str, str]) -> dict[str, str]:
     return dict(sorted((compile_process | farm_files(module_closure(sys.modules[__name__]))).items()))
 
 
-def compile_isolated(request: dict[str, Any], sources: dict[str, bytes], timeout_s: float,
-                     warm: bool = True, node: str | None = None) -> dict[str, Any]:
+def real_source_paths(log: str, kernels_root: Path) -> str:
+    """`log` with the private copy of the kernel sources named as the project's kernels_src/ (a traceback
+    then points at the file to edit, not at a temporary directory that is gone)."""
+    for root in dict.fromkeys((str(kernels_root), os.path.realpath(kernels_root))):
+        log = log.replace(root + os.sep, "kernels_src/")
+    return log
+
+
+def compile_isolated(request: CompileRequest, sources: dict[str, bytes], timeout_s: float,
+                     warm: bool = True, node: str | None = None) -> CompileResult:
     """Compile one row in a child process; never raises for a compile failure, reports it instead.
     A worker whose toolchain differs from the request's pin refuses before compiling."""
-    started = time.monotonic()
+    started, started_unix = time.monotonic(), time.time()
     node = node or socket.gethostname()
-    result: dict[str, Any] = {"key": request["key"], "node": node, "pid": os.getpid(), "ok": False, "elf": None,
-                              "sources": {}, "lookups": [], "generator": {}, "stderr": "", "error": None,
-                              "started_unix": time.time()}
+    facts: dict[str, Any] = {"node": node, "pid": os.getpid(), "worker": f"{node} pid {os.getpid()}",
+                             "started_unix": started_unix}
     try:
-        result["toolchain"] = worker_toolchain(request.get("linker"))
+        toolchain = worker_toolchain(request.linker)
     except Exception as exc:  # the driver reports a worker without the pinned toolchain by node
-        result["toolchain"] = None
-        result["error"] = f"toolchain on node {node} unusable: {exc}"
-        return result
-    diff = differences(request.get("pin") or {}, result["toolchain"]) if "pin" in request else []
+        return CompileResult.failure(request.key, f"toolchain on node {node} unusable: {exc}", **facts)
+    facts["toolchain"] = toolchain
+    diff = differences(request.pin, toolchain) if request.pin is not None else []
     if diff:
-        result["error"] = f"toolchain on node {node} differs from the pin: {'; '.join(diff)}"
-        result["seconds"] = round(time.monotonic() - started, 3)
-        return result
+        return CompileResult.failure(request.key, f"toolchain on node {node} differs from the pin: {'; '.join(diff)}",
+                                     seconds=round(time.monotonic() - started, 3), **facts)
     work = Path(tempfile.mkdtemp(prefix="farm-compile-"))
     try:
-        for sub in ("home", "tmp"):
-            (work / sub).mkdir()
-        kernels_root = work / "kernels_src"
-        materialize(sources, kernels_root)
-        write_linker_shim(work / "rocm", request.get("linker"))
-        (work / "request.json").write_text(json.dumps(dict(request, kernels_root=str(kernels_root))))
-        out = work / "object.bin"
-        # The codegen step ends at the row's deadline too (binary_step.py).
-        env = dict(child_environment(work, request["target"]), **{DEADLINE_ENV: f"{time.time() + timeout_s:.3f}"})
-        compile_started = time.monotonic()
-        outcome = (_run_warm(work, env, timeout_s, request.get("linker")) if warm
-                   else _run_fresh(work, env, timeout_s))
-        code = outcome.code
-        result["warmup_seconds"] = outcome.warmup
-        result["compile_seconds"] = round(time.monotonic() - compile_started - outcome.warmup, 3)
-        result["stderr"] = outcome.log
-        result["warnings"] = warnings_in(outcome.log)
-        if code is None or code != 0:
-            result["error"] = failure_message(outcome, timeout_s)
-        elif not out.is_file():
-            result["error"] = "compiler process wrote no object"
-        else:
-            told = json.loads(out.with_suffix(".json").read_text())
-            result["elf"] = out.read_bytes()
-            result["sources"] = {rel: sha256_bytes(sources[rel]) for rel in told["sources"] if rel in sources}
-            result["lookups"] = sorted(told["lookups"])
-            result["generator"] = generator_files(told["farm"])
-            result["max_rss_mib"] = round(told["max_rss_kib"] / 1024, 1)
-            result["ok"] = True
+        facts |= _compile_in(work, request, sources, timeout_s, warm)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-        result["seconds"] = round(time.monotonic() - started, 3)
-        result["finished_unix"] = time.time()
-    return result
+    return CompileResult(key=request.key, seconds=round(time.monotonic() - started, 3), finished_unix=time.time(),
+                         **facts)
+
+
+def _compile_in(work: Path, request: CompileRequest, sources: dict[str, bytes], timeout_s: float,
+                warm: bool) -> dict[str, Any]:
+    """Compile `request` in the private directory `work`; returns the result's compile facts."""
+    for sub in ("home", "tmp"):
+        (work / sub).mkdir()
+    kernels_root = work / "kernels_src"
+    materialize(sources, kernels_root)
+    write_linker_shim(work / "rocm", request.linker)
+    CompileJob(request, str(kernels_root)).write(work / "job.json")
+    out = work / "object.bin"
+    # The codegen step ends at the row's deadline too (binary_step.py).
+    env = dict(child_environment(work, request.target), **{DEADLINE_ENV: f"{time.time() + timeout_s:.3f}"})
+    compile_started = time.monotonic()
+    outcome = _run_warm(work, env, timeout_s, request.linker) if warm else _run_fresh(work, env, timeout_s)
+    outcome.log = real_source_paths(outcome.log, kernels_root)
+    facts: dict[str, Any] = {
+        "warmup_seconds": outcome.warmup, "stderr": outcome.log, "warnings": tuple(warnings_in(outcome.log)),
+        "compile_seconds": round(time.monotonic() - compile_started - outcome.warmup, 3)}
+    if outcome.code != 0:
+        return facts | {"error": failure_message(outcome, timeout_s)}
+    if not out.is_file():
+        return facts | {"error": "compiler process wrote no object"}
+    try:
+        told = ProcessRecord.read(out.with_suffix(".json"))
+    except ContractError as exc:
+        return facts | {"error": f"compiler process left no usable record: {exc}"}
+    return facts | {"ok": True, "elf": out.read_bytes(),
+                    "sources": {rel: sha256_bytes(sources[rel]) for rel in told.sources if rel in sources},
+                    "lookups": tuple(sorted(told.lookups)), "generator": generator_files(told.farm),
+                    "max_rss_mib": round(told.max_rss_kib / 1024, 1)}

@@ -1,72 +1,22 @@
 """Inside the isolated compile process: trace one row with FlyDSL and return the ELF bytes.
 
-Everything here relies on flydsl==0.3.4 behaviour, measured on this farm's machines; re-check it when the pin moves:
-- COMPILE_ONLY=1 makes a @flyc.jit launcher trace and compile without launching;
-- the compiled module is kept on the launcher (`_last_compiled`), its `gpu.binary` op holds the ELF;
-- MLIR's convert-gpu-to-rocdl rejects generic chipsets, so that one fragment is lowered for the
-  family's lowest member while rocdl-attach-target keeps the generic name;
-- FlyDSL stamps the gpu.module with a target (`#rocdl.target<chip=...>`) and rocdl-attach-target adds
-  a second one on wave32 targets (`flags = {no_wave64}`): the module would hold two code objects, the
-  first one compiled wave64. The farm leaves the attach pass as the only source of targets.
+Everything here relies on flydsl==0.3.4 behaviour, measured on this farm's machines; re-check it when the
+pin moves: COMPILE_ONLY=1 makes a @flyc.jit launcher trace and compile without launching; how the farm
+changes FlyDSL's pipeline and where it finds the object is farm/worker/flydsl_compat.py.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from farm.worker import binary_step
-
-
-def patch_lowering_chipset(target_name: str, chipset: str) -> None:
-    """Lower with `chipset` while the object stays stamped `target_name` (no-op for concrete targets)."""
-    if chipset == target_name:
-        return
-    from flydsl.compiler.backends import rocm
-
-    original = rocm.RocmBackend._pipeline_parts
-
-    def pipeline_parts(self: Any, *, compile_hints: dict) -> tuple[list[str], str]:
-        pre, binary = original(self, compile_hints=compile_hints)
-        needle = f"chipset={self.target.arch} "
-        if not any(needle in fragment for fragment in pre):
-            raise RuntimeError(f"flydsl pipeline has no '{needle.strip()}' fragment to lower for {chipset}; "
-                               "the generic-target patch in farm/worker/lowering.py needs updating")
-        return [f.replace(needle, f"chipset={chipset} ") for f in pre], binary
-
-    rocm.RocmBackend._pipeline_parts = pipeline_parts
-
-
-def attach_target_only() -> None:
-    """Create gpu.modules without targets, so rocdl-attach-target alone decides (one object)."""
-    from flydsl.compiler.backends import rocm
-
-    rocm.RocmBackend.gpu_module_targets = lambda self: []
-
-
-def elf_from_compiled(launcher: Any) -> bytes:
-    """The single code object inside the launcher's last compiled module."""
-    from flydsl._mlir import ir
-    from flydsl._mlir.dialects import gpu
-    from flydsl.compiler.jit_function import _create_mlir_context
-
-    last = getattr(launcher, "_last_compiled", None)
-    if not last:
-        raise RuntimeError("the generator's launcher compiled nothing (is it a @flyc.jit function?)")
-    text = last[1]._ir_text
-    objects: list[bytes] = []
-    with _create_mlir_context():
-        module = ir.Module.parse(text)
-        for op in module.body.operations:
-            if op.operation.name == "gpu.binary":
-                objects += [bytes(gpu.ObjectAttr(a).object) for a in op.operation.attributes["objects"]]
-    if len(objects) != 1:
-        raise RuntimeError(f"expected one code object in the compiled module, found {len(objects)}")
-    return objects[0]
-
+from farm.contract import CompileJob
+from farm.worker import flydsl_compat
+from farm.worker.binary_step import write_mlir_opt
 
 # How the compile's reads and lookups under the kernels root are recorded (farm/plan/sources.py `lookup_state`
 # re-evaluates each lookup against a tree): "import D/N" (the path-based finder looked for module N in
@@ -151,17 +101,15 @@ class SourceRecorder:
         return Consulted(sorted(read), sorted(lookups))
 
 
-def compile_row(request: dict[str, Any]) -> tuple[bytes, Consulted]:
-    """Compile the row described by `request`; returns (ELF bytes, what it consulted under the kernels root)."""
-    kernels_root = Path(request["kernels_root"])
+def compile_row(job: CompileJob) -> tuple[bytes, Consulted]:
+    """Compile the row `job` describes; returns (ELF bytes, what it consulted under the kernels root)."""
+    kernels_root = Path(job.kernels_root)
     recorder = SourceRecorder(kernels_root)
-    patch_lowering_chipset(request["target"]["name"], request["target"]["mlir_chipset"])
-    attach_target_only()
-    binary_step.install(Path.cwd())
+    flydsl_compat.use_farm_backend(job.request.target.mlir_chipset)
+    # LLVM codegen runs in a process of its own (binary_step.py), reached through FlyDSL's external hook.
+    flydsl_compat.use_external_codegen(write_mlir_opt(Path.cwd() / "llvm"))
     sys.path.insert(0, str(kernels_root))
-    import importlib
-
-    generator = importlib.import_module(request["generator"])
-    launcher, args = generator.launcher_and_args(dict(request["knobs"]))
+    generator = importlib.import_module(job.request.generator)
+    launcher, args = generator.launcher_and_args(dict(job.request.knobs))
     launcher(*args)
-    return elf_from_compiled(launcher), recorder.consulted()
+    return flydsl_compat.elf_from_compiled(launcher), recorder.consulted()

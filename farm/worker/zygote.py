@@ -14,26 +14,30 @@ can install its own SIGALRM handler and outlive the child's alarm.
 from __future__ import annotations
 
 import gc
-import importlib
 import json
 import os
 import signal
 import sys
 import tempfile
+from typing import TypedDict
 
+from farm.worker import flydsl_compat
 from farm.worker.forking import run_forked
-
-# Modules FlyDSL 0.3.4 imports lazily during a process's first compile (measured on every kernel
-# family here). Importing them once in the zygote instead of in every child cut a forked RMSNorm
-# compile from ~0.23 s to ~0.17 s. Only imports: no compile ever runs in the zygote, because a child
-# forked after a compile can deadlock on locks held by the compiler's threads.
-LAZY_MODULES = (
-    "flydsl._mlir.dialects.builtin", "flydsl._mlir.dialects.rocdl", "flydsl._mlir.dialects.fly_rocdl",
-    "flydsl.compiler.llvm_options", "flydsl.expr.rocdl", "flydsl.extension.coop",
-)
+from farm.worker.main import main
 
 
-def _run_child(job: dict) -> int:
+class Job(TypedDict):
+    """One line from the parent (farm/worker/isolate.py `Zygote.run`)."""
+
+    request: str  # the CompileJob file
+    result: str  # where the object goes
+    log: str  # the child's stdout and stderr
+    env: dict[str, str]  # the child's whole environment
+    cwd: str
+    timeout_s: float
+
+
+def _run_child(job: Job) -> int:
     """In the forked child: become a fresh compile process for this job."""
     # A compile lives for a fraction of a second and its memory goes when it exits: cyclic GC would
     # only touch (and so copy) pages shared with the zygote.
@@ -47,21 +51,16 @@ def _run_child(job: dict) -> int:
     tempfile.tempdir = None  # re-read TMPDIR from the job's environment
     os.chdir(job["cwd"])
     signal.alarm(max(1, int(job["timeout_s"])))  # default SIGALRM action ends a runaway compile
-    from farm.worker.main import main
-
     return main([job["request"], job["result"]])
 
 
 def preload() -> None:
-    """The imports a compile process makes before it compiles (a fresh worker makes them too)."""
-    import flydsl.compiler  # noqa: F401  (the expensive imports, done once)
-    import flydsl.expr  # noqa: F401
-    import torch  # noqa: F401
+    """The imports a compile process makes before it compiles (a fresh one makes them too). Only imports:
+    no compile ever runs in the zygote, because a child forked after a compile can deadlock on locks held
+    by the compiler's threads."""
+    import torch  # noqa: F401  (the expensive import, done once; the kernels use it, the farm does not)
 
-    from farm.worker import lowering  # noqa: F401
-
-    for name in LAZY_MODULES:
-        importlib.import_module(name)
+    flydsl_compat.preload()
 
 
 def serve() -> None:
@@ -75,7 +74,7 @@ def serve() -> None:
     for line in sys.stdin:
         if not line.strip():
             continue
-        job = json.loads(line)
+        job: Job = json.loads(line)
         code = run_forked(lambda job=job: _run_child(job), on_start=_tell)
         _tell_parent({"returncode": code})
 
@@ -89,5 +88,13 @@ def _tell_parent(message: dict) -> None:
     sys.stdout.flush()
 
 
+def fresh(argv: list[str]) -> int:
+    """A fresh interpreter's compile: the warm server's imports, then the job itself (no fork)."""
+    preload()
+    return main(argv)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--fresh"]:
+        sys.exit(fresh(sys.argv[2:]))
     serve()
