@@ -23,6 +23,7 @@ from pathlib import Path
 
 from fresh_compile import compile_fresh, private_env
 
+from farm.build import compile_request
 from farm.table import config as config_mod
 from farm.table.config import FarmConfig
 from farm.table.expand import fresh_rows
@@ -44,14 +45,14 @@ def _with_site(env: dict[str, str], site: Path | None) -> dict[str, str]:
 
 def versions(cfg: FarmConfig, row: Row, work: Path, site: Path | None) -> str:
     """The numpy and torch a compile with this environment imports."""
-    env = _with_site(private_env(work, cfg.targets[row.target].as_dict(), cfg.toolchain_pin.get("linker")), site)
+    env = _with_site(private_env(work, compile_request(cfg, row).target, cfg.toolchain_pin.get("linker")), site)
     proc = subprocess.run([sys.executable, "-c", PROBE], cwd=work, env=env, capture_output=True, text=True)
     return proc.stdout.strip() or proc.stderr.strip().splitlines()[-1]
 
 
 def compile_digest(cfg: FarmConfig, row: Row, work: Path, site: Path | None) -> str:
     out = work / "object.bin"
-    env = _with_site(private_env(work, cfg.targets[row.target].as_dict(), cfg.toolchain_pin.get("linker")), site)
+    env = _with_site(private_env(work, compile_request(cfg, row).target, cfg.toolchain_pin.get("linker")), site)
     try:
         compile_fresh(cfg, row, work, out, {"PYTHONPATH": env["PYTHONPATH"]})
     except SystemExit as exc:

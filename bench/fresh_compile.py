@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from farm.build import _request
+from farm.build import compile_request
+from farm.contract import CompileJob, TargetFacts
 from farm.table.config import FarmConfig
 from farm.table.rows import Row
 from farm.toolchain.pin import write_linker_shim
 from farm.worker.isolate import child_environment
 
 
-def private_env(work: Path, target: dict[str, Any], linker: dict[str, Any] | None) -> dict[str, str]:
+def private_env(work: Path, target: TargetFacts, linker: dict[str, Any] | None) -> dict[str, str]:
     """The environment the farm gives a compile, rooted at `work` (created with its home, tmp and linker shim)."""
     for sub in ("home", "tmp"):
         (work / sub).mkdir(parents=True, exist_ok=True)
@@ -24,10 +24,12 @@ def private_env(work: Path, target: dict[str, Any], linker: dict[str, Any] | Non
 
 
 def compile_fresh(cfg: FarmConfig, row: Row, work: Path, out: Path, extra_env: dict[str, str] | None = None) -> None:
-    """`python -m farm.worker.main` for `row` in `work`, writing the object to `out`; SystemExit on failure."""
-    env = private_env(work, cfg.targets[row.target].as_dict(), cfg.toolchain_pin.get("linker")) | (extra_env or {})
-    (work / "request.json").write_text(json.dumps(dict(_request(cfg, row), kernels_root=str(cfg.kernels_dir))))
-    proc = subprocess.run([sys.executable, "-m", "farm.worker.main", str(work / "request.json"), str(out)],
+    """A fresh compile process (`python -m farm.worker.zygote --fresh`) for `row` in `work`, writing the
+    object to `out`; SystemExit on failure."""
+    request = compile_request(cfg, row)
+    env = private_env(work, request.target, cfg.toolchain_pin.get("linker")) | (extra_env or {})
+    CompileJob(request, str(cfg.kernels_dir)).write(work / "job.json")
+    proc = subprocess.run([sys.executable, "-m", "farm.worker.zygote", "--fresh", str(work / "job.json"), str(out)],
                           cwd=work, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"fresh compile of {row.key} failed:\n{proc.stderr[-3000:]}")

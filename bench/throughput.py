@@ -4,7 +4,7 @@
 
 (a) sequential: one process per target compiling its rows in sequence (imports once, no isolation),
     up to one such process per core at a time: how per-target generator scripts work;
-(b) fresh:      one fresh interpreter per row (`python -m farm.worker.main`), one per core at a
+(b) fresh:      one fresh interpreter per row (`python -m farm.worker.zygote --fresh`), one per core at a
     time: how `make -j` over per-kernel compile commands works;
 (c) farm:       `farm build` into a private outputs directory, twice:
     farm-private   on a private local Ray cluster that the build starts and stops (a build from nothing);
@@ -41,7 +41,7 @@ from typing import Any
 import psutil
 from fresh_compile import compile_fresh, private_env
 
-from farm.build import _request
+from farm.build import compile_request
 from farm.execute import standing
 from farm.table import config as config_mod
 from farm.table.expand import fresh_rows
@@ -96,11 +96,11 @@ def way_sequential(cfg: config_mod.FarmConfig, rows: list[Row], work: Path, core
 
     def one_target(target: str) -> dict[str, float]:
         tdir = work / target
-        job = {"target": cfg.targets[target].as_dict(), "kernels_root": str(cfg.kernels_dir), "out_dir": str(out),
-               "seconds_file": str(work / f"{target}.seconds.json"),
-               "requests": [_request(cfg, r) for r in by_target[target]]}
+        requests = [compile_request(cfg, r) for r in by_target[target]]
+        job = {"target": requests[0].to_json()["target"], "kernels_root": str(cfg.kernels_dir), "out_dir": str(out),
+               "seconds_file": str(work / f"{target}.seconds.json"), "requests": [r.to_json() for r in requests]}
         (work / f"{target}.json").write_text(json.dumps(job))
-        env = private_env(tdir, job["target"], cfg.toolchain_pin.get("linker"))
+        env = private_env(tdir, requests[0].target, cfg.toolchain_pin.get("linker"))
         proc = subprocess.run([sys.executable, str(HERE / "sequential_generator.py"), str(work / f"{target}.json")],
                               cwd=tdir, env=env, capture_output=True, text=True)
         if proc.returncode != 0:

@@ -17,7 +17,7 @@ import yaml
 from conftest import REPO, copy_project, last_line, run_farm
 
 from farm.core.private import private_dir
-from farm.toolchain.disasm import CLASS_NAMES, _parse, classify, count_files, count_many
+from farm.toolchain.disasm import CLASS_NAMES, classify, count_files, count_many, parse_listing
 
 # One real row of every attention family (op, target, object name or None for its first row, class).
 ATTENTION_ROWS = [
@@ -136,7 +136,7 @@ def test_output_of_several_files_splits_by_file_and_function() -> None:
     text = (f"\n{a}:\tfile format elf64-amdgpu\n\nDisassembly of section .text:\n\n<k1>:\n"
             "\tv_mfma_f32_32x32x16_bf16 a[0:15], v[0:3], v[4:7], 0\n\ts_endpgm\n\n<k2>:\n\tds_read_b128 v[0:3], v1\n"
             f"\n{b}:\tfile format elf64-amdgpu\n\nDisassembly of section .text:\n\n<k1>:\n\tv_add_f32_e32 v0, v1, v2\n")
-    found = _parse(text, [a, b])
+    found = parse_listing(text, [a, b])
     assert found[a]["k1"]["mfma"] == 1 and found[a]["k1"]["branch"] == 1 and found[a]["k2"]["lds"] == 1
     assert found[b] == {"k1": {**dict.fromkeys(CLASS_NAMES, 0), "valu": 1}}
 

@@ -73,7 +73,7 @@ def installed(entry: dict[str, Any] | None) -> dict[str, Any]:
     return {"path": str(path), "version": version(path)}
 
 
-def _parse(text: str, files: Sequence[Path]) -> dict[Path, dict[str, dict[str, int]]]:
+def parse_listing(text: str, files: Sequence[Path]) -> dict[Path, dict[str, dict[str, int]]]:
     """Split `llvm-objdump -d` output of several files into per-file, per-function class counts."""
     by_header = {f"{f}:": f for f in files}
     out: dict[Path, dict[str, dict[str, int]]] = {}
@@ -116,7 +116,7 @@ def _alone(entry: dict[str, Any] | None, mcpu: str, path: Path) -> dict[str, dic
     proc = _run(entry, mcpu, [path], ALONE_TIMEOUT_S)
     if proc is None:
         return f"the disassembler did not finish within {ALONE_TIMEOUT_S:g} s"
-    parsed = _parse(proc.stdout, [path])
+    parsed = parse_listing(proc.stdout, [path])
     if proc.returncode != 0 or path not in parsed:
         return f"the disassembler could not read it: {_reason(proc.stderr, path)}"
     return parsed[path]
@@ -137,7 +137,7 @@ def count_files(entry: dict[str, Any] | None, mcpu: str, files: Sequence[Path]) 
         return {}
     batch = _run(entry, mcpu, files, BATCH_TIMEOUT_S)
     clean = batch is not None and batch.returncode == 0
-    parsed = _parse(batch.stdout, files) if clean and batch is not None else {}
+    parsed = parse_listing(batch.stdout, files) if clean and batch is not None else {}
     out: dict[Path, dict[str, dict] | str] = {}
     for path in files:
         named = batch is not None and f"'{path}'" in batch.stderr  # a warning or error about this file
