@@ -234,3 +234,19 @@ def test_cause_of_prefers_error_lines_to_mlir_text() -> None:
     assert cause_of(log) == 'error: "-":2:3: lld invocation failed'
     assert cause_of("noise\nValueError: mode='x' unknown\n") == "ValueError: mode='x' unknown"
     assert cause_of("nothing to see\n") == ""
+
+
+def test_a_traceback_names_the_kernel_file_not_the_private_copy() -> None:
+    """Issue 15: a kernel that raised while tracing showed its private copy's path (a temp directory that
+    is gone by then); the traceback names the file to edit under kernels_src/."""
+    from farm.contract import TargetFacts
+    from farm.worker.isolate import compile_isolated
+
+    source = b"def launcher_and_args(knobs):\n    raise ValueError('traced wrong')\n"
+    request = CompileRequest(key="boom/gfx942/boom", generator="boom.gen", knobs={},
+                             target=TargetFacts("gfx942", "gfx942", "gfx942"))
+    result = compile_isolated(request, {"boom/gen.py": source, "boom/__init__.py": b""}, 300, warm=False)
+    assert not result.ok and result.error is not None
+    assert result.error.endswith("ValueError: traced wrong"), result.error
+    assert 'File "kernels_src/boom/gen.py", line 2, in launcher_and_args' in result.stderr, result.stderr
+    assert "farm-compile-" not in result.stderr
