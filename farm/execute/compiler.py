@@ -30,6 +30,11 @@ def node_name() -> str:
     return f"{socket.gethostname()}/{ray.util.get_node_ip_address()}/{context.get_node_id()[:8]}"
 
 
+# Compiles run one at a time in the actor's default group; `hello` answers from its own group, so a build
+# joining a standing cluster does not wait behind another build's compiles to learn an actor is there.
+CONCURRENCY = {"concurrency_groups": {"control": 1}}
+
+
 @dataclass(frozen=True)
 class WarmUp:
     """How a compiler's warm-up went (the standing cluster's daemon checks it before it says `up`)."""
@@ -39,12 +44,13 @@ class WarmUp:
 
 
 class Compiler:
-    """One CPU's compiler. Becomes a Ray actor (`ray.remote(...)(Compiler)`) in the executor and the
-    standing cluster's daemon; on a standing cluster its zygote outlives builds."""
+    """One CPU's compiler. Becomes a Ray actor (`ray.remote(**CONCURRENCY, ...)(Compiler)`) in the executor
+    and the standing cluster's daemon; on a standing cluster its zygote outlives builds."""
 
     def __init__(self) -> None:
         self.zygote: Any = None  # this process's warm compile server, once started
 
+    @ray.method(concurrency_group="control")
     def hello(self) -> str:
         """This actor's id: the driver waits for it before sending rows, and names a dead actor by it."""
         return str(ray.get_runtime_context().get_actor_id())

@@ -16,7 +16,7 @@ import ray
 from farm.contract import CompileRequest, CompileResult
 from farm.core.errors import FarmError
 from farm.execute import local, standing
-from farm.execute.compiler import Compiler
+from farm.execute.compiler import CONCURRENCY, Compiler
 from farm.execute.dispatch import Dispatch
 from farm.execute.local import num_cpus
 from farm.execute.processes import end_leftovers, forget_ray_processes, record_ray_processes
@@ -31,7 +31,7 @@ BATCH_GATHER_S = 0.1
 ACTOR_START_S = 300.0
 # A compile actor of a build's own is not restarted by Ray: the dispatch retries its row elsewhere and
 # starts a new actor, which joins once it runs (its node may be gone for good).
-PRIVATE_ACTOR = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(Compiler)
+PRIVATE_ACTOR = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0, **CONCURRENCY)(Compiler)
 
 
 class RayExecutor:

@@ -38,7 +38,7 @@ from farm.core.atomic import write_text_atomic
 from farm.core.errors import FarmError
 from farm.core.log import configure
 from farm.execute import local, ray_compat
-from farm.execute.compiler import Compiler, WarmUp
+from farm.execute.compiler import CONCURRENCY, Compiler, WarmUp
 from farm.execute.local import num_cpus
 from farm.execute.processes import (
     Identity,
@@ -69,7 +69,7 @@ CONNECT_TIMEOUT_S = 2.0     # a build's probe of the cluster's GCS port: a dead 
 JOIN_TIMEOUT_S = 30.0       # a build's wait for the warm actors to answer once it has joined
 RAY_CORE = ("gcs_server", "raylet")  # the daemon's Ray processes a working cluster cannot do without
 # The daemon's compilers: Ray restarts a dead one in place and retries its call (its row is not lost).
-STANDING_ACTOR = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=2)(Compiler)
+STANDING_ACTOR = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=2, **CONCURRENCY)(Compiler)
 
 
 class StandingState(TypedDict):
