@@ -185,7 +185,7 @@ def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], tree: Tree, write
     built = 0
     for batch in pool.completed_batches():
         with CodeRecorder() as code:
-            counts = disassemble(cfg, [(rows[r["key"]], r) for r in batch])
+            counts = disassemble(cfg, [(rows[r.key], r) for r in batch])
         for result in batch:
             row = rows[result.key]
             entry, refused = accept(cfg, row, result, CompileRecord.of_result(result, tree),
