@@ -22,6 +22,7 @@ from farm.plan.sources import Tree, collect
 from farm.store import manifest
 from farm.store.lock import command_line, lock_wait, tree_lock
 from farm.store.outtree import OutputDir
+from farm.store.progress import BuildProgress, worker_slots
 from farm.store.report import origin_fields, write_build_report
 from farm.table.config import FarmConfig
 from farm.table.rows import Row
@@ -319,8 +320,6 @@ def _prune(cfg: FarmConfig, writer: DirectoryWriter, decisions: list[Decision], 
 def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryWriter, report: dict[str, Any],
                        failures: list[tuple[Row, str, str]], log: Any) -> int:
     """Compile `todo` on Ray and write what verifies; returns the number written."""
-    from tqdm import tqdm
-
     from farm.execute.executor import RayExecutor
     from farm.execute.standing import for_build, mark_used
 
@@ -331,17 +330,19 @@ def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryW
     sources = collect(cfg.kernels_dir)
     with RayExecutor(cfg.executor, cfg.compile_timeout_s, standing) as pool:
         pool.share_sources(sources)
-        for d in (reversed(todo) if cfg.extra.get("row_order") == "reversed" else todo):
+        order = list(reversed(todo)) if cfg.extra.get("row_order") == "reversed" else todo
+        for d in order:
             pool.submit(compile_request(cfg, d.row))
-        bar = tqdm(total=len(todo), desc="compiling", unit="obj", file=log, disable=None)
-        try:
-            # A long build keeps the standing cluster's idle clock from running out under it.
-            heartbeat = (lambda: mark_used(cfg.root)) if standing else (lambda: None)
-            built = _collect(cfg, pool, rows, Tree.of(sources), writer, report["rows"], failures, bar, log,
-                             heartbeat)
-        finally:
-            writer.flush()
-        bar.close()
+        # On stderr: a bar on a terminal, else a line every ~10 s (farm/store/progress.py); the rows in flight
+        # are estimated from the order the rows went to Ray.
+        with BuildProgress([d.row.key for d in order], worker_slots(cfg.executor, standing), log) as progress:
+            try:
+                # A long build keeps the standing cluster's idle clock from running out under it.
+                heartbeat = (lambda: mark_used(cfg.root)) if standing else (lambda: None)
+                built = _collect(cfg, progress.watch(pool), rows, Tree.of(sources), writer, report["rows"], failures,
+                                 progress, log, heartbeat)
+            finally:
+                writer.flush()
     if standing:
         mark_used(cfg.root)  # the idle clock starts when the build ends
     return built
