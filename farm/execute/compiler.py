@@ -15,7 +15,7 @@ from typing import Any
 
 import ray
 
-from farm.contract import CompileRequest, CompileResult
+from farm.contract import CompileRequest, CompileResult, Json
 from farm.worker.isolate import compile_isolated, warm_zygote
 
 
@@ -55,7 +55,7 @@ class Compiler:
         """This actor's id: the driver waits for it before sending rows, and names a dead actor by it."""
         return str(ray.get_runtime_context().get_actor_id())
 
-    def warm(self, linker: dict[str, Any] | None) -> WarmUp:
+    def warm(self, linker: dict[str, Json] | None) -> WarmUp:
         """Start the warm compile server now (the standing cluster warms before it says `up`)."""
         self.zygote, seconds = warm_zygote(linker)
         return WarmUp(self.zygote.alive(), seconds)
