@@ -242,3 +242,22 @@ def test_progress_interval_from_the_environment(monkeypatch: pytest.MonkeyPatch)
         monkeypatch.setenv(INTERVAL_ENV, bad)
         with pytest.raises(FarmError, match=f"{INTERVAL_ENV}='{bad}' is not a positive number of seconds"):
             interval_s()
+
+
+def test_build_not_on_a_terminal_prints_progress_lines(small_project: Path, tmp_path: Path) -> None:
+    """A real build with stderr captured (a pipe): progress lines with every field, for the one row."""
+    row = "rmsnorm/gfx942/rmsnorm_f32_infer_generic"
+    proc = run_farm(small_project, "build", "targets=[gfx942]", "dtypes=[f32]", f"outputs_dir={tmp_path / 'out'}",
+                    "executor.standing=false", env={INTERVAL_ENV: "0.05"})
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("progress: ")]
+    assert lines, proc.stderr
+    for line in lines:
+        match = PROGRESS_LINE.match(line)
+        assert match, line
+        done, total, in_flight, slowest = match.group(1, 2, 5, 6)
+        # compiling; back and being verified; written
+        assert total == "1" and (done, in_flight, slowest) in (("0", "1", row), ("0", "0", None), ("1", "0", None))
+    assert PROGRESS_LINE.match(lines[0]).group(1, 5, 6) == ("0", "1", row)  # the compile outlasts 50 ms
+    assert "compiling:" not in proc.stderr  # no bar when stderr is not a terminal
+    assert (tmp_path / "out" / row).with_suffix(".hsaco").is_file()
