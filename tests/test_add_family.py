@@ -15,6 +15,8 @@ from pathlib import Path
 from conftest import run_farm, small_copy
 from test_vendor import MIT, commit_files, git
 
+from farm.vendoring.closure import Tree, missing_imports
+
 TILES = '''# SPDX-License-Identifier: MIT
 """Sizes shared by the synthk kernels."""
 
@@ -158,3 +160,19 @@ def test_vendor_and_build_a_new_family(tmp_path: Path) -> None:
     proc = run_farm(project, "vendor", "diff", f"from={repo}", "--strict")
     assert proc.returncode == 0, proc.stdout
     assert proc.stdout.endswith("2 file(s): 2 clean\n")
+
+
+def test_import_closure_of_packages_and_relative_imports(tmp_path: Path) -> None:
+    """`from P import N` in a regular package: N is a submodule or a name P's __init__ binds; a namespace
+    package binds none; a star import or __getattr__ in __init__ binds anything; a relative import past
+    the top of kernels_src/ never works."""
+    kernels = tmp_path / "kernels_src"
+    (kernels / "pkg").mkdir(parents=True)
+    (kernels / "pkg/__init__.py").write_text("from .sub import thing\nhelper = 1\n\n\ndef made():\n    pass\n")
+    (kernels / "pkg/sub.py").write_text("thing = 2\n")
+    (kernels / "open").mkdir()
+    (kernels / "open/__init__.py").write_text("from json import *\n")
+    incoming = {"fam/k.py": ("from pkg import helper, made, sub, thing\nfrom pkg import nothere\n"
+                             "from open import anything\nfrom fam import gone\nfrom ... import x\n")}
+    found = [(m.module, m.importer, m.line) for m in missing_imports(Tree(kernels, incoming), ["fam/k.py"], [])]
+    assert found == [("pkg.nothere", "fam/k.py", 2), ("fam.gone", "fam/k.py", 4), ("...", "fam/k.py", 5)]
