@@ -99,15 +99,15 @@ def test_new_farm_worker_module_is_an_input(tmp_path: Path) -> None:
     """A farm module the compile process newly loads is recorded; editing it alone then invalidates the row."""
     project = built_copy(tmp_path)
     before = entry(project)["inputs"]["generator"]
-    assert "compile/lowering.py" in before and "compile/zygote.py" in before  # loaded before the fork too
-    (project / "farm" / "compile" / "extra_step.py").write_text('"""A new step of the compile."""\nSTEP = 1\n')
-    lowering = project / "farm" / "compile" / "lowering.py"
+    assert "worker/lowering.py" in before and "worker/zygote.py" in before  # loaded before the fork too
+    (project / "farm" / "worker" / "extra_step.py").write_text('"""A new step of the compile."""\nSTEP = 1\n')
+    lowering = project / "farm" / "worker" / "lowering.py"
     lowering.write_text(lowering.read_text() + "\nfrom . import extra_step  # noqa: E402, F401\n")
     assert "farm generator code farm/worker/lowering.py changed" in plan_line(project)
     proc = farm(project, "build", "executor.standing=false")
     assert proc.returncode == 0, proc.stderr
-    assert "compile/extra_step.py" in entry(project)["inputs"]["generator"]
-    (project / "farm" / "compile" / "extra_step.py").write_text('"""A new step of the compile."""\nSTEP = 2\n')
+    assert "worker/extra_step.py" in entry(project)["inputs"]["generator"]
+    (project / "farm" / "worker" / "extra_step.py").write_text('"""A new step of the compile."""\nSTEP = 2\n')
     line = plan_line(project)
     assert line.split()[0] == "inputs-changed"
     assert "farm generator code farm/worker/extra_step.py changed" in line
@@ -116,10 +116,11 @@ def test_new_farm_worker_module_is_an_input(tmp_path: Path) -> None:
 def test_verifier_change_reverifies_without_recompiling(tmp_path: Path) -> None:
     project = built_copy(tmp_path)
     old = entry(project)
-    assert {"verify.py", "elfinfo.py", "disasm.py", "build.py"} <= set(old["inputs"]["verifier"])
-    assert "verify.py" not in old["inputs"]["generator"]
+    verifier = {"accept/verify.py", "accept/elfinfo.py", "toolchain/disasm.py", "build.py"}
+    assert verifier <= set(old["inputs"]["verifier"])
+    assert "accept/verify.py" not in old["inputs"]["generator"]
     stat = (project / OBJECT).stat()
-    verify = project / "farm" / "verify.py"
+    verify = project / "farm" / "accept" / "verify.py"
     verify.write_text(verify.read_text() + '\n"""A docstring-only edit still counts (files are compared by hash)."""\n')
     line = plan_line(project)
     assert line.split()[0] == "reverify"
@@ -138,7 +139,7 @@ def test_verifier_change_reverifies_without_recompiling(tmp_path: Path) -> None:
     assert (now.st_ino, now.st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns)
     new = entry(project)
     assert new["sha256"] == old["sha256"] and new["inputs"]["generator"] == old["inputs"]["generator"]
-    assert new["inputs"]["verifier"]["verify.py"] != old["inputs"]["verifier"]["verify.py"]
+    assert new["inputs"]["verifier"]["accept/verify.py"] != old["inputs"]["verifier"]["accept/verify.py"]
     assert last_line(farm(project, "plan").stdout) == "rows=1 up_to_date=1 to_build=0"
     assert farm(project, "check").returncode == 0
 
@@ -146,7 +147,7 @@ def test_verifier_change_reverifies_without_recompiling(tmp_path: Path) -> None:
 def test_failed_reverification_fails_the_row(tmp_path: Path) -> None:
     """New rules that refuse the object: the row fails, and its old entry stays (still not up to date)."""
     project = built_copy(tmp_path)
-    verify = project / "farm" / "verify.py"
+    verify = project / "farm" / "accept" / "verify.py"
     text = verify.read_text()
     marker = "def problems("
     assert marker in text
