@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import time
+from importlib.metadata import version
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -54,8 +55,6 @@ def test_no_verb_prints_usage_and_exits_2(tmp_path: Path) -> None:
 
 
 def test_version_names_the_farm_and_the_pinned_flydsl(tmp_path: Path) -> None:
-    from importlib.metadata import version
-
     pinned = yaml.safe_load((REPO / "conf" / "toolchain" / "pinned.yaml").read_text())["flydsl"]
     proc = run_farm(REPO, "--version")
     assert proc.returncode == 0, proc.stderr
