@@ -6,7 +6,7 @@ import sys
 
 from farm.cli.parser import Invocation
 from farm.cli.selection import load, selected_rows
-from farm.publish.dvc_stage import pull, push, seal_golden, status
+from farm.publish import pull, push, seal_golden, status
 from farm.store.preflight import require_writable
 
 
