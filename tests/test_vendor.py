@@ -345,8 +345,10 @@ def test_vendored_source_is_digested_and_named_in_output_source_md(tmp_path: Pat
     repo, first = make_upstream(tmp_path)
     add(project, repo, first, "into=rmsnorm", paths="[helpers/consts.py]").check_returncode()
     kernel = project / "kernels_src/rmsnorm/rmsnorm_fwd.py"
-    kernel.write_text(kernel.read_text().replace("_TRACE_M = 4\n", "from rmsnorm.consts import TRACE_M as _TRACE_M\n",
-                                                 1))
+    text = kernel.read_text()
+    assert "from common.norm_trace import TRACE_M, trace_rows\n" in text
+    kernel.write_text(text.replace("from common.norm_trace import TRACE_M, trace_rows\n",
+                                   "from common.norm_trace import trace_rows\nfrom rmsnorm.consts import TRACE_M\n", 1))
 
     run_farm(project, "build", "targets=[gfx942]", check=True)
     out = project / "outputs/rmsnorm/gfx942"

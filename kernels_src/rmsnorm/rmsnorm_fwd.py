@@ -19,71 +19,37 @@ Kernel arguments (identical for every knob row, see SOURCE.md):
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
 import flydsl.compiler as flyc
 import flydsl.expr as fx
 import torch
+from common.arch import check_wave, wave_size
+from common.buffers import buffer_rsrc
+from common.dtypes import ELEM_BYTES, VEC_BYTES
+from common.fx_types import FX_TYPES, NULL_STREAM
+from common.norm_trace import TRACE_M, trace_rows
+from common.trace import put, tree
 from flydsl.expr import rocdl
-from flydsl.runtime.device import get_rocm_arch, get_warp_size
-from rmsnorm.spec import (
-    DTYPE_FORMS,
-    ELEM_BYTES,
-    VEC_BYTES,
-    block_plan,
-    check_row,
-    vec_elems,
-)
+from rmsnorm.spec import DTYPE_FORMS, block_plan, check_row, vec_elems
 
-_FX_TYPES = {"bf16": fx.BFloat16, "f16": fx.Float16, "f32": fx.Float32}
-_TORCH_TYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
-# Small trace shapes: only dtypes reach the object, never these sizes.
-_TRACE_M = 4
-_TRACE_N_GENERIC = 64
 # Generic tier: chunks whose loads are issued together (first pass; second pass).
 STATS_GROUP = 8
 VECTOR_GROUP = 2
 SCALAR_GROUP = 4
-# Launch on the null stream unless the caller passes one (one shared default object).
-_NULL_STREAM = fx.Stream(None)
-
-
-def _put(array: Any, idx: Any, value: Any) -> None:
-    # Subscript-store through a call: written inline inside a run-time `if`,
-    # FlyDSL's AST rewriter treats `array` as a branch live-out and rejects it.
-    array[idx] = value
-
-
-def _tree_sum(parts: list) -> Any:
-    # Pairwise sum of trace-time values.  Kept outside the kernel on purpose: FlyDSL's AST
-    # rewriter turns any `while` in a kernel body into scf.while, even a trace-time one.
-    while len(parts) > 1:
-        pairs = [parts[i : i + 2] for i in range(0, len(parts), 2)]
-        parts = [p[0] + p[1] if len(p) == 2 else p[0] for p in pairs]
-    return parts[0]
-
-
-def target_arch() -> str:
-    """Arch being compiled for: the same resolution order FlyDSL's backend uses."""
-    return (os.environ.get("ARCH") or get_rocm_arch()).lower()
 
 
 def _build(dtype: str, phase: str, n_baked: int, block: int | None, wave: int) -> Callable:
     """The @flyc.jit launcher for one knob row, planned for a `wave`-lane target."""
     x_name, g_name = DTYPE_FORMS[dtype]
-    x_t, g_t = _FX_TYPES[x_name], _FX_TYPES[g_name]
+    x_t, g_t = FX_TYPES[x_name], FX_TYPES[g_name]
     x_bytes, g_bytes = ELEM_BYTES[x_name], ELEM_BYTES[g_name]
     vec = vec_elems(dtype)  # x elements per 16-byte access
     g_parts = vec * g_bytes // VEC_BYTES  # 16-byte gamma accesses per x vector
     train = phase == "train"
     threads, rounds = block_plan(n_baked, vec, block)
     n_waves = threads // wave
-
-    def _rsrc(row_ptr: Any, nbytes: Any) -> Any:
-        # Bounds = the row itself: loads past it read 0, stores past it vanish.
-        return rocdl.get_buffer_rsrc(rocdl.make_buffer_ptr(row_ptr, num_records_bytes=nbytes))
 
     def _load_x(rsrc: Any, idx: Any) -> fx.Vector:
         raw = rocdl.raw_ptr_buffer_load(fx.T.vec(4, fx.T.i32), rsrc, idx * VEC_BYTES, 0)
@@ -114,18 +80,12 @@ def _build(dtype: str, phase: str, n_baked: int, block: int | None, wave: int) -
 
     @flyc.kernel
     def rmsnorm_fwd(
-        x: fx.Pointer,
-        gamma: fx.Pointer,
-        y: fx.Pointer,
-        inv_rms: fx.Pointer,
-        m: fx.Int32,
-        n: fx.Int32,
-        x_row_stride: fx.Int32,
-        y_row_stride: fx.Int32,
+        x: fx.Pointer, gamma: fx.Pointer, y: fx.Pointer, inv_rms: fx.Pointer,
+        m: fx.Int32, n: fx.Int32,
+        x_row_stride: fx.Int32, y_row_stride: fx.Int32,
         eps: fx.Float32,
     ):
-        if fx.const_expr(fx.gpu.num_warp_threads() != wave):
-            raise ValueError(f"wave size mismatch: planned {wave}, target {fx.gpu.num_warp_threads()}")
+        check_wave(wave, "rmsnorm_fwd")
         row = fx.block_idx.x
         tid = fx.thread_idx.x
         lds = None
@@ -138,24 +98,24 @@ def _build(dtype: str, phase: str, n_baked: int, block: int | None, wave: int) -
             if fx.const_expr(n_waves == 1):
                 return v
             if tid % wave == 0:
-                _put(lds, tid // wave, v)
+                put(lds, tid // wave, v)
             fx.gpu.barrier()
             # Every lane folds the per-wave partials itself (no second barrier), as a tree
             # so the dependent-add chain is log2(waves) long.
-            return _tree_sum([lds[w] for w in fx.range_constexpr(n_waves)])
+            return tree([lds[w] for w in fx.range_constexpr(n_waves)])
 
         def finish_stats(sumsq: fx.Float32, inv_n: Any) -> fx.Float32:
             rrms = fx.math.rsqrt(sumsq * inv_n + eps)
             if fx.const_expr(train):
                 if tid == 0:
-                    _put(inv_rms, row, rrms)
+                    put(inv_rms, row, rrms)
             return rrms
 
         def baked_row(x_row: fx.Pointer, y_row: fx.Pointer) -> None:
             # Baked width: the row lives in registers between the two passes.
-            x_rs = _rsrc(x_row, fx.Int64(n_baked * x_bytes))
-            y_rs = _rsrc(y_row, fx.Int64(n_baked * x_bytes))
-            g_rs = _rsrc(gamma, fx.Int64(n_baked * g_bytes))
+            x_rs = buffer_rsrc(x_row, fx.Int64(n_baked * x_bytes))
+            y_rs = buffer_rsrc(y_row, fx.Int64(n_baked * x_bytes))
+            g_rs = buffer_rsrc(gamma, fx.Int64(n_baked * g_bytes))
             xs = [_load_x(x_rs, tid + r * threads) for r in fx.range_constexpr(rounds)]
             # gamma is issued before the barrier so its latency hides behind the reduction.
             gs = [_load_g(g_rs, tid + r * threads) for r in fx.range_constexpr(rounds)]
@@ -205,9 +165,9 @@ def _build(dtype: str, phase: str, n_baked: int, block: int | None, wave: int) -
                     _store_scalar(y_rs, idxs[u], xe[u] * rrms * ge[u])
 
         def generic_row(x_row: fx.Pointer, y_row: fx.Pointer) -> None:
-            x_rs = _rsrc(x_row, fx.Int64(n) * x_bytes)
-            y_rs = _rsrc(y_row, fx.Int64(n) * x_bytes)
-            g_rs = _rsrc(gamma, fx.Int64(n) * g_bytes)
+            x_rs = buffer_rsrc(x_row, fx.Int64(n) * x_bytes)
+            y_rs = buffer_rsrc(y_row, fx.Int64(n) * x_bytes)
+            g_rs = buffer_rsrc(gamma, fx.Int64(n) * g_bytes)
             inv_n = 1.0 / n.to(fx.Float32)
             # 16-byte accesses need whole vectors per row and 16-byte aligned rows.
             misalign = (fx.ptrtoint(x) | fx.ptrtoint(y) | fx.ptrtoint(gamma)) & (VEC_BYTES - 1)
@@ -227,16 +187,10 @@ def _build(dtype: str, phase: str, n_baked: int, block: int | None, wave: int) -
 
     @flyc.jit
     def launch(
-        x: fx.Tensor,
-        gamma: fx.Tensor,
-        y: fx.Tensor,
-        inv_rms: fx.Tensor,
-        m: fx.Int32,
-        n: fx.Int32,
-        x_row_stride: fx.Int32,
-        y_row_stride: fx.Int32,
-        eps: fx.Float32,
-        stream: fx.Stream = _NULL_STREAM,
+        x: fx.Tensor, gamma: fx.Tensor, y: fx.Tensor, inv_rms: fx.Tensor,
+        m: fx.Int32, n: fx.Int32,
+        x_row_stride: fx.Int32, y_row_stride: fx.Int32,
+        eps: fx.Float32, stream: fx.Stream = NULL_STREAM,
     ):
         rmsnorm_fwd(
             fx.get_iter(x),
@@ -261,12 +215,9 @@ def launcher_and_args(knobs: dict) -> tuple[Callable, tuple]:
     """
     check_row(knobs)
     dtype, phase, n = knobs["dtype"], knobs["phase"], knobs["n"]
-    launcher = _build(dtype, phase, n, knobs.get("block"), get_warp_size(target_arch()))
-    x_name, g_name = DTYPE_FORMS[dtype]
-    cols = n or _TRACE_N_GENERIC
-    x = torch.zeros(_TRACE_M, cols, dtype=_TORCH_TYPES[x_name])
-    gamma = torch.ones(cols, dtype=_TORCH_TYPES[g_name])
+    launcher = _build(dtype, phase, n, knobs.get("block"), wave_size())
+    x, gamma = trace_rows(dtype, n)
     y = torch.empty_like(x)
-    inv_rms = torch.empty(_TRACE_M, dtype=torch.float32)
-    args = (x, gamma, y, inv_rms, _TRACE_M, cols, x.stride(0), y.stride(0), 1e-6)
+    inv_rms = torch.empty(TRACE_M, dtype=torch.float32)
+    args = (x, gamma, y, inv_rms, TRACE_M, x.shape[1], x.stride(0), y.stride(0), 1e-6)
     return launcher, args

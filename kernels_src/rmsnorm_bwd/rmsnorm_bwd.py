@@ -21,63 +21,34 @@ Kernel arguments: see SOURCE.md.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
 import flydsl.compiler as flyc
 import flydsl.expr as fx
 import torch
-from flydsl._mlir import ir
+from common.arch import check_wave, wave_size
+from common.buffers import buffer_rsrc
+from common.dtypes import ELEM_BYTES, VEC_BYTES
+from common.flydsl_compat import lds_barrier
+from common.fx_types import FX_TYPES, NULL_STREAM
+from common.norm_trace import TRACE_M, trace_rows
+from common.trace import put, tree
 from flydsl.expr import rocdl
-from flydsl.runtime.device import get_rocm_arch, get_warp_size
 from rmsnorm_bwd.spec import (
     DTYPE_FORMS,
-    ELEM_BYTES,
     PREFETCH_MAX_SLOTS,
     REDUCE_COLS,
     REDUCE_GROUPS,
     REDUCE_UNROLL,
-    VEC_BYTES,
     check_row,
     partial_plan,
     vec_elems,
 )
 
-_FX_TYPES = {"bf16": fx.BFloat16, "f16": fx.Float16, "f32": fx.Float32}
-_TORCH_TYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
-# Small trace shapes: only dtypes reach the object, never these sizes.
-_TRACE_M = 4
+# Programs of the trace: not part of the object (num_programs is a kernel argument).
 _TRACE_PROGRAMS = 2
-_TRACE_N_GENERIC = 64
 _REDUCE_THREADS = REDUCE_COLS * REDUCE_GROUPS
-# Launch on the null stream unless the caller passes one (one shared default object).
-_NULL_STREAM = fx.Stream(None)
-
-
-def target_arch() -> str:
-    """Arch being compiled for: the same resolution order FlyDSL's backend uses."""
-    return (os.environ.get("ARCH") or get_rocm_arch()).lower()
-
-
-def _put(array: Any, idx: Any, value: Any) -> None:
-    # Subscript-store through a call: written inline inside a run-time `if` or `for`, FlyDSL's
-    # AST rewriter treats `array` as a value the region yields and rejects it.
-    array[idx] = value
-
-
-def _tree_sum(parts: list) -> Any:
-    # Pairwise sum in a fixed order.  Outside the kernel on purpose: FlyDSL's AST rewriter
-    # turns any `while` in a kernel body into scf.while, even a trace-time one.
-    while len(parts) > 1:
-        pairs = [parts[i : i + 2] for i in range(0, len(parts), 2)]
-        parts = [p[0] + p[1] if len(p) == 2 else p[0] for p in pairs]
-    return parts[0]
-
-
-def _rsrc(ptr: Any, nbytes: Any) -> Any:
-    # Bounds = the row (or buffer) itself: loads past it read 0, stores past it vanish.
-    return rocdl.get_buffer_rsrc(rocdl.make_buffer_ptr(ptr, num_records_bytes=fx.Int64(nbytes)))
 
 
 def _bits_type(nbytes: int) -> tuple[Any, type]:
@@ -95,14 +66,6 @@ def _store_elem(rsrc: Any, offset: Any, value: fx.Float32, t: type, nbytes: int)
     """Round `value` once to `t` and store it at byte `offset`."""
     bits = value.to(t).bitcast(_bits_type(nbytes)[1])
     rocdl.raw_ptr_buffer_store(bits.ir_value(), rsrc, fx.Int32(offset).ir_value(), fx.Int32(0).ir_value())
-
-
-def _lds_barrier() -> None:
-    # Workgroup barrier whose memory fence covers LDS only.  A plain gpu.barrier fences all
-    # address spaces, and on RDNA (WGP mode) that waits for every outstanding global load,
-    # including the next row's prefetch, before the barrier.
-    lds_space = ir.Attribute.parse("#gpu.address_space<workgroup>")
-    fx.gpu.barrier(address_spaces=ir.ArrayAttr.get([lds_space]))
 
 
 def _fence_schedule() -> None:
@@ -153,7 +116,7 @@ def _store_slot(rsrc: Any, slot: Any, value: fx.Vector, vec: int, t: type, nbyte
 def _build(dtype: str, n_baked: int, n_max: int, wave: int) -> Callable:
     """The @flyc.jit launcher for one knob row, planned for a `wave`-lane target."""
     x_name, g_name = DTYPE_FORMS[dtype]
-    x_t, g_t = _FX_TYPES[x_name], _FX_TYPES[g_name]
+    x_t, g_t = FX_TYPES[x_name], FX_TYPES[g_name]
     x_bytes, g_bytes = ELEM_BYTES[x_name], ELEM_BYTES[g_name]
     vec = vec_elems(dtype)  # x elements per 16-byte access = columns per slot
     threads, slots = partial_plan(n_baked or n_max, vec)
@@ -166,21 +129,11 @@ def _build(dtype: str, n_baked: int, n_max: int, wave: int) -> Callable:
     # Explicit names: the symbols do not depend on FlyDSL's per-launcher kernel counter.
     @flyc.kernel(name="rmsnorm_bwd_partial")
     def rmsnorm_bwd_partial(
-        x: fx.Pointer,
-        gamma: fx.Pointer,
-        dy: fx.Pointer,
-        inv_rms: fx.Pointer,
-        dx: fx.Pointer,
-        workspace: fx.Pointer,
-        m: fx.Int32,
-        n: fx.Int32,
-        num_programs: fx.Int32,
-        x_row_stride: fx.Int32,
-        dy_row_stride: fx.Int32,
-        dx_row_stride: fx.Int32,
+        x: fx.Pointer, gamma: fx.Pointer, dy: fx.Pointer, inv_rms: fx.Pointer, dx: fx.Pointer, workspace: fx.Pointer,
+        m: fx.Int32, n: fx.Int32, num_programs: fx.Int32,
+        x_row_stride: fx.Int32, dy_row_stride: fx.Int32, dx_row_stride: fx.Int32,
     ):
-        if fx.const_expr(fx.gpu.num_warp_threads() != wave):
-            raise ValueError(f"wave size mismatch: planned {wave}, target {fx.gpu.num_warp_threads()}")
+        check_wave(wave, "rmsnorm_bwd_partial")
         pid = fx.block_idx.x
         tid = fx.thread_idx.x
         lds = None
@@ -196,15 +149,15 @@ def _build(dtype: str, n_baked: int, n_max: int, wave: int) -> Callable:
             if fx.const_expr(n_waves == 1):
                 return v
             base = bank * threads
-            _put(lds, base + tid, v)
-            _lds_barrier()
+            put(lds, base + tid, v)
+            lds_barrier()
             # Every lane folds the waves' totals (each wave's lane-0 slot) in one fixed tree.
-            return _tree_sum([lds[base + w * wave] for w in fx.range_constexpr(n_waves)])
+            return tree([lds[base + w * wave] for w in fx.range_constexpr(n_waves)])
 
         def row_rsrc(base: fx.Pointer, stride: fx.Int32, row: fx.Int32, row_bytes: fx.Int64) -> Any:
             # Rows at or past M get an empty descriptor: their (prefetch) loads touch no memory.
             nbytes = (row < m).select(row_bytes, fx.Int64(0))
-            return _rsrc(base + fx.Int64(row) * fx.Int64(stride), nbytes)
+            return buffer_rsrc(base + fx.Int64(row) * fx.Int64(stride), nbytes)
 
         def row_update(xs: list, dys: list, rstd: fx.Float32, gs: list, acc: list, bank: fx.Int32) -> tuple:
             """x_hat, gamma*dy, the row's sum of x_hat*gamma*dy (workgroup-wide), updated acc."""
@@ -228,8 +181,8 @@ def _build(dtype: str, n_baked: int, n_max: int, wave: int) -> Callable:
             # gamma and the dgamma partial stay in registers across the program's rows.
             ids = [tid + s * threads for s in fx.range_constexpr(slots)]
             row_bytes = fx.Int64(n_cols) * x_bytes
-            gs = _load_slots(_rsrc(gamma, fx.Int64(n_cols) * g_bytes), ids, g_t, g_bytes, wide)
-            rstd_rs = _rsrc(inv_rms, fx.Int64(m) * 4)
+            gs = _load_slots(buffer_rsrc(gamma, fx.Int64(n_cols) * g_bytes), ids, g_t, g_bytes, wide)
+            rstd_rs = buffer_rsrc(inv_rms, fx.Int64(m) * 4)
             acc = [fx.Vector.filled(vec, 0.0, fx.Float32) for _s in fx.range_constexpr(slots)]
             bank = fx.Int32(0)
             if fx.const_expr(wide and slots <= PREFETCH_MAX_SLOTS):
@@ -274,7 +227,7 @@ def _build(dtype: str, n_baked: int, n_max: int, wave: int) -> Callable:
                     store_dx(row, row_bytes, ids, xh, wdy, total * inv_n, rstd, wide)
                     bank = 1 - bank
             # This program's dgamma partial row (zeros if it had no rows).
-            ws_rs = _rsrc(workspace + fx.Int64(pid) * fx.Int64(n_cols), fx.Int64(n_cols) * 4)
+            ws_rs = buffer_rsrc(workspace + fx.Int64(pid) * fx.Int64(n_cols), fx.Int64(n_cols) * 4)
             for s in fx.range_constexpr(slots):
                 _store_slot(ws_rs, ids[s], acc[s], vec, fx.Float32, 4, wide)
 
@@ -293,10 +246,8 @@ def _build(dtype: str, n_baked: int, n_max: int, wave: int) -> Callable:
 
     @flyc.kernel(name="rmsnorm_bwd_reduce")
     def rmsnorm_bwd_reduce(
-        workspace: fx.Pointer,
-        dgamma: fx.Pointer,
-        n: fx.Int32,
-        num_programs: fx.Int32,
+        workspace: fx.Pointer, dgamma: fx.Pointer,
+        n: fx.Int32, num_programs: fx.Int32,
     ):
         tid = fx.thread_idx.x
         lds = fx.SharedAllocator().allocate(fx.Array[fx.Float32, _REDUCE_THREADS, 16]).peek()
@@ -308,7 +259,7 @@ def _build(dtype: str, n_baked: int, n_max: int, wave: int) -> Callable:
         group = tid // REDUCE_COLS
         col = fx.block_idx.x * REDUCE_COLS + lane
         # One descriptor over the whole workspace: rows p >= num_programs read as 0.
-        ws_rs = _rsrc(workspace, fx.Int64(num_programs) * fx.Int64(n_cols) * 4)
+        ws_rs = buffer_rsrc(workspace, fx.Int64(num_programs) * fx.Int64(n_cols) * 4)
         acc = fx.Float32(0.0)
         # Programs group, group + G, ... summed strictly in increasing order.
         for p in range(group, num_programs, REDUCE_GROUPS * REDUCE_UNROLL):
@@ -318,30 +269,21 @@ def _build(dtype: str, n_baked: int, n_max: int, wave: int) -> Callable:
             ]
             for u in fx.range_constexpr(REDUCE_UNROLL):
                 acc = acc + vals[u]
-        _put(lds, tid, acc)
-        _lds_barrier()
+        put(lds, tid, acc)
+        lds_barrier()
         if group == 0:
             total = lds[lane]
             for g in fx.range_constexpr(1, REDUCE_GROUPS):
                 total = total + lds[g * REDUCE_COLS + lane]
-            _store_elem(_rsrc(dgamma, fx.Int64(n_cols) * g_bytes), col * g_bytes, total, g_t, g_bytes)
+            _store_elem(buffer_rsrc(dgamma, fx.Int64(n_cols) * g_bytes), col * g_bytes, total, g_t, g_bytes)
 
     @flyc.jit
     def launch(
-        x: fx.Tensor,
-        gamma: fx.Tensor,
-        dy: fx.Tensor,
-        inv_rms: fx.Tensor,
-        dx: fx.Tensor,
-        dgamma: fx.Tensor,
-        workspace: fx.Tensor,
-        m: fx.Int32,
-        n: fx.Int32,
-        num_programs: fx.Int32,
-        x_row_stride: fx.Int32,
-        dy_row_stride: fx.Int32,
-        dx_row_stride: fx.Int32,
-        stream: fx.Stream = _NULL_STREAM,
+        x: fx.Tensor, gamma: fx.Tensor, dy: fx.Tensor, inv_rms: fx.Tensor,
+        dx: fx.Tensor, dgamma: fx.Tensor, workspace: fx.Tensor,
+        m: fx.Int32, n: fx.Int32, num_programs: fx.Int32,
+        x_row_stride: fx.Int32, dy_row_stride: fx.Int32, dx_row_stride: fx.Int32,
+        stream: fx.Stream = NULL_STREAM,
     ):
         rmsnorm_bwd_partial(
             fx.get_iter(x),
@@ -377,18 +319,16 @@ def launcher_and_args(knobs: dict) -> tuple[Callable, tuple]:
     """
     check_row(knobs)
     dtype, n, n_max = knobs["dtype"], knobs["n"], knobs["n_max"]
-    launcher = _build(dtype, n, n_max, get_warp_size(target_arch()))
-    x_name, g_name = DTYPE_FORMS[dtype]
-    cols = n or _TRACE_N_GENERIC
-    x = torch.zeros(_TRACE_M, cols, dtype=_TORCH_TYPES[x_name])
-    gamma = torch.ones(cols, dtype=_TORCH_TYPES[g_name])
+    launcher = _build(dtype, n, n_max, wave_size())
+    x, gamma = trace_rows(dtype, n)
+    cols = x.shape[1]
     dy = torch.zeros_like(x)
-    inv_rms = torch.ones(_TRACE_M, dtype=torch.float32)
+    inv_rms = torch.ones(TRACE_M, dtype=torch.float32)
     dx = torch.empty_like(x)
     dgamma = torch.empty_like(gamma)
     workspace = torch.empty(_TRACE_PROGRAMS, cols, dtype=torch.float32)
     args = (
         x, gamma, dy, inv_rms, dx, dgamma, workspace,
-        _TRACE_M, cols, _TRACE_PROGRAMS, x.stride(0), dy.stride(0), dx.stride(0),
+        TRACE_M, cols, _TRACE_PROGRAMS, x.stride(0), dy.stride(0), dx.stride(0),
     )  # fmt: skip
     return launcher, args
