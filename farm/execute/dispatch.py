@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import ray
-from ray.exceptions import ActorDiedError, RayActorError, RayError
+from ray.exceptions import RayActorError, RayError
 from ray.util import ActorPool
 
 from farm.contract import CompileRequest, CompileResult
@@ -49,6 +49,7 @@ class Dispatch:
         self._running: dict[str, str] = {}  # key -> id of the actor it was sent to
         self._tries: dict[str, int] = {}
         self._unexplained: list[RayError] = []  # failures the pool could not tie to a row
+        self._gone: set[str] = set()  # ids of the build's own actors that failed and were killed
 
     def start(self, actors: list[Actor], timeout_s: float) -> int:
         """Let `actors` join as they answer; wait up to `timeout_s` for all of them. Returns how many joined
@@ -109,15 +110,25 @@ class Dispatch:
         return True
 
     def _died(self, exc: RayActorError, batch: list[CompileResult]) -> None:
-        """The actor that had a row is gone (or unreachable): that row goes elsewhere, and a new actor
-        is started in its place (it joins when it answers)."""
+        """The actor that had a row is gone or unreachable (its node lost): that row goes elsewhere. An actor
+        of the build's own is then killed, so that the pool drops it at its next call (an unreachable one
+        would otherwise stay in the pool), and a new actor is started in its place (it joins when it answers)."""
         key = next((k for k, actor_id in self._running.items() if actor_id == exc.actor_id), None)
         if key is None:
             self._unexplained.append(exc)
             return
         del self._running[key]
+        if exc.actor_id in self._gone:  # sent there before the pool dropped it: not this row's failure
+            self._pool.submit(self._dispatch, self._open[key])
+            return
         self._retry_or_fail(key, exc, batch)
-        if isinstance(exc, ActorDiedError) and self._replace is not None:
+        if self._replace is not None:
+            self._gone.add(exc.actor_id)
+            actor = next(a for a, actor_id in self._ids.items() if actor_id == exc.actor_id)
+            try:
+                ray.kill(actor, no_restart=True)
+            except RayError:
+                pass  # gone already
             replacement = self._replace()
             self._joining[replacement.hello.remote()] = replacement
 
