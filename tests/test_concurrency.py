@@ -94,7 +94,7 @@ def test_push_refuses_when_the_tree_changes_between_check_and_publish(built: Pat
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "import farm.publish.push as p\n"
+        "import farm.publish.pushing as p\n"
         "checked = p.drift\n"
         "def drift_then_write(*args):\n"
         "    result = checked(*args)\n"

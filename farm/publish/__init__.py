@@ -11,15 +11,16 @@ fetching, and reads DVC's per-file status to report what changed.
   pointer   outputs.dvc: read, record (`dvc add`), restore
   survey    the <op>/<target>/ directories, their missing rows, strays, the drift guard
   commands  the `farm ...` fix commands printed in reports
-  push, pull, status, seal   the verbs
+  pushing, pulling, status_report, seal   the verbs (not named push, pull, status: the functions
+            exported here would hide modules of the same name)
 """
 
 from __future__ import annotations
 
 from farm.publish.pointer import Pointer, record_pointer
-from farm.publish.pull import pull
-from farm.publish.push import push
+from farm.publish.pulling import pull
+from farm.publish.pushing import push
 from farm.publish.seal import seal_golden
-from farm.publish.status import status
+from farm.publish.status_report import status
 
 __all__ = ["Pointer", "pull", "push", "record_pointer", "seal_golden", "status"]

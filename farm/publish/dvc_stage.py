@@ -1,5 +1,5 @@
-"""Compatibility only, until farm/cli imports `farm.publish` (or its modules) directly: the old module
-name of push, pull, status, record_pointer and seal_golden. Remove when nothing imports it."""
+"""Compatibility only: the old module name of push, pull, status, record_pointer and seal_golden (the
+CLI now imports them from farm.publish). Remove when nothing imports it."""
 
 from __future__ import annotations
 

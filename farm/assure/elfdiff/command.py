@@ -7,8 +7,8 @@ import os
 import stat
 from pathlib import Path
 
-from farm.assure.elfdiff.compare import compare
-from farm.assure.elfdiff.render import render, summary, to_json
+from farm.assure.elfdiff.comparison import compare
+from farm.assure.elfdiff.rendering import render, summary, to_json
 from farm.core.errors import FarmError
 
 USAGE = "usage: farm diff A.hsaco B.hsaco [--json]"
