@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import tempfile
@@ -16,7 +17,7 @@ from farm.contract import CompileRequest, CompileResult, TargetFacts
 from farm.core.canonical import sha256_bytes
 from farm.core.errors import FarmError
 from farm.core.private import private_dir
-from farm.plan.decide import REVERIFY, Decision
+from farm.plan.decide import REVERIFY, Decision, decide, summary_line
 from farm.plan.digest import CodeRecorder, CompileRecord, farm_hashes, farm_path_ok, inputs_of
 from farm.plan.sources import Tree, collect
 from farm.store import manifest
@@ -27,10 +28,12 @@ from farm.store.report import origin_fields, write_build_report
 from farm.table.config import FarmConfig
 from farm.table.rows import Row
 from farm.toolchain import disasm
-from farm.toolchain.pin import compile_part, differences
+from farm.toolchain.pin import compile_part, differences, installed, require_pin
 
 STDERR_TAIL_LINES = 40
 
+
+log = logging.getLogger(__name__)
 
 def compile_request(cfg: FarmConfig, row: Row) -> CompileRequest:
     """What a worker needs to compile `row` (farm/contract.py): no path of this disk."""
@@ -179,7 +182,7 @@ def _entry(cfg: FarmConfig, row: Row, elf: bytes, compiled: CompileRecord, funct
 
 
 def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], tree: Tree, writer: DirectoryWriter,
-             report_rows: list[dict[str, Any]], failures: list[tuple[Row, str, str]], bar: Any, log: Any,
+             report_rows: list[dict[str, Any]], failures: list[tuple[Row, str, str]], bar: Any,
              heartbeat: Callable[[], None]) -> int:
     """Verify and write results as they arrive, a batch at a time; returns the number written. `tree` is
     the kernel sources this build shipped: the compiles' lookups are answered from it."""
@@ -196,7 +199,7 @@ def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], tree: Tree, write
                 built += 1
             else:
                 failures.append((row, refused or "", result.stderr))
-                bar.write(f"FAILED {row.key}: {refused}", file=log)
+                bar.write(f"FAILED {row.key}: {refused}")
             report_rows.append(result.report_fields()
                                | {"written": entry is not None, "refused": refused})
             bar.update(1)
@@ -206,7 +209,7 @@ def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], tree: Tree, write
 
 
 def reverify(cfg: FarmConfig, todo: list[Decision], writer: DirectoryWriter, report_rows: list[dict[str, Any]],
-             failures: list[tuple[Row, str, str]], log: Any) -> int:
+             failures: list[tuple[Row, str, str]]) -> int:
     """Verify the objects on disk again under today's verification code and record their new entries, without
     compiling: only that code changed since they were built (plan status reverify). Returns how many passed."""
     results = []
@@ -229,7 +232,7 @@ def reverify(cfg: FarmConfig, todo: list[Decision], writer: DirectoryWriter, rep
             passed += 1
         else:
             failures.append((row, f"re-verification failed: {refused}", ""))
-            print(f"FAILED {row.key}: re-verification failed: {refused}", file=log)
+            log.warning("FAILED %s: re-verification failed: %s", row.key, refused)
         report_rows.append({"key": row.key, "ok": entry is not None, "reverified": True, "written": False,
                             "refused": refused})
     writer.flush()
@@ -253,23 +256,20 @@ def _tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-def build_selection(cfg: FarmConfig, rows: list[Row], all_rows: list[Row], log: Any = sys.stderr) -> int:
+def build_selection(cfg: FarmConfig, rows: list[Row], all_rows: list[Row]) -> int:
     """`farm build`: under the output tree's lock, plan the selected rows, check the pin, build what must
     build. Planning under the lock means a build that waited for another sees that one's results."""
-    from farm.plan.decide import decide, summary_line
-    from farm.toolchain.pin import installed, require_pin
-
-    with tree_lock(cfg.outputs_dir, command_line(), wait_s=lock_wait(cfg), log=log):
+    with tree_lock(cfg.outputs_dir, command_line(), wait_s=lock_wait(cfg)):
         decisions = decide(cfg, rows)
-        print(summary_line(decisions), file=log)
+        log.info(summary_line(decisions))
         if any(d.builds for d in decisions):
             pin = cfg.toolchain_pin
             require_pin(pin, installed(private_dir("toolchain-cache"), pin.get("linker"),
                                        pin.get("disassembler") or {}))
-        return build(cfg, decisions, all_rows, log)
+        return build(cfg, decisions, all_rows)
 
 
-def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row], log: Any = sys.stderr) -> int:
+def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row]) -> int:
     """Build every decision that needs it; returns the number of failed rows. The caller holds the lock."""
     started = time.monotonic()
     report: dict[str, Any] = {"started_utc": datetime.now(UTC).isoformat(timespec="microseconds"), "rows": [],
@@ -278,14 +278,14 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row], log: 
     built = reverified = 0
     try:
         with DirectoryWriter(cfg) as writer:
-            report["pruned"] = _prune(cfg, writer, decisions, all_rows, log)
+            report["pruned"] = _prune(cfg, writer, decisions, all_rows)
             reverified = reverify(cfg, [d for d in decisions if d.status == REVERIFY], writer, report["rows"],
-                                  failures, log)
-            built = _compile_and_write(cfg, [d for d in decisions if d.compiles], writer, report, failures, log)
+                                  failures)
+            built = _compile_and_write(cfg, [d for d in decisions if d.compiles], writer, report, failures)
     except OSError as exc:  # disk full, a read-only directory: the finished objects are on disk already
         where = f" ({exc.filename})" if exc.filename else ""
         report["error"] = f"{exc.strerror or exc}{where}"
-        write_build_report(cfg, report, log)
+        write_build_report(cfg, report)
         raise FarmError(f"writing {cfg.outputs_dir} failed: {exc.strerror or exc}{where}; {built} objects of this "
                         "build were written before it", "free disk space or fix the permissions, then run "
                         "`farm build` again: it resumes with what is missing") from None
@@ -295,38 +295,40 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row], log: 
                "up_to_date": len(decisions) - todo}
     # A build that had nothing to do leaves no report: the reports stay a record of builds that did something.
     did_something = bool(todo or report["pruned"])
-    report_path = write_build_report(cfg, report, log) if did_something else "none (nothing to do)"
+    report_path = write_build_report(cfg, report) if did_something else "none (nothing to do)"
     for row, reason, stderr in failures:
-        print(f"\n--- {row.key} failed: {reason}", file=log)
-        if stderr.strip():
-            print(_tail(stderr), file=log)
+        log.error("\n--- %s failed: %s%s", row.key, reason, "\n" + _tail(stderr) if stderr.strip() else "")
     again = f", reverified {reverified}" if reverified else ""
-    print(f"\nbuilt {built}{again}, failed {len(failures)}, up to date {len(decisions) - todo} "
-          f"in {elapsed:.1f} s; report: {report_path}", file=log)
+    # The build's result line: a warning when rows failed, so `-q` still shows it then.
+    log.log(logging.WARNING if failures else logging.INFO,
+            f"\nbuilt {built}{again}, failed {len(failures)}, up to date {len(decisions) - todo} "
+            f"in {elapsed:.1f} s; report: {report_path}")
     return len(failures)
 
 
 def _prune(cfg: FarmConfig, writer: DirectoryWriter, decisions: list[Decision], all_rows: list[Row],
-           log: Any) -> list[str]:
+) -> list[str]:
     pruned = []
     for op, target in sorted({(d.row.op, d.row.target) for d in decisions}):
         keep = {r.file_name for r in all_rows if r.op == op and r.target == target}
         pruned += [f"{op}/{target}/{f}" for f in writer.prune(op, target, keep)]
     for line in pruned:
-        print(f"removed {line}: no row makes it any more", file=log)
+        log.info("removed %s: no row makes it any more", line)
     return pruned
 
 
 def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryWriter, report: dict[str, Any],
-                       failures: list[tuple[Row, str, str]], log: Any) -> int:
+                       failures: list[tuple[Row, str, str]]) -> int:
     """Compile `todo` on Ray and write what verifies; returns the number written."""
+    # Imported here, not at the top: Ray takes seconds to import, and a build with nothing to compile
+    # (or one that only re-verifies) never needs it.
     from farm.execute.executor import RayExecutor
     from farm.execute.standing import for_build, mark_used
 
     if not todo:
         return 0
     rows = {d.row.key: d.row for d in todo}
-    standing = for_build(cfg, log)
+    standing = for_build(cfg)
     sources = collect(cfg.kernels_dir)
     with RayExecutor(cfg.executor, cfg.compile_timeout_s, standing) as pool:
         pool.share_sources(sources)
@@ -335,12 +337,12 @@ def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryW
             pool.submit(compile_request(cfg, d.row))
         # On stderr: a bar on a terminal, else a line every ~10 s (farm/store/progress.py); the rows in flight
         # are estimated from the order the rows went to Ray.
-        with BuildProgress([d.row.key for d in order], worker_slots(cfg.executor, standing), log) as progress:
+        with BuildProgress([d.row.key for d in order], worker_slots(cfg.executor, standing), sys.stderr) as progress:
             try:
                 # A long build keeps the standing cluster's idle clock from running out under it.
                 heartbeat = (lambda: mark_used(cfg.root)) if standing else (lambda: None)
                 built = _collect(cfg, progress.watch(pool), rows, Tree.of(sources), writer, report["rows"], failures,
-                                 progress, log, heartbeat)
+                                 progress, heartbeat)
             finally:
                 writer.flush()
     if standing:

@@ -41,8 +41,12 @@ def _sha(result: CompileResult) -> str:
 
 def test_warm_compiles_of_the_varying_row_agree_with_a_fresh_process(problem_row: tuple[CompileRequest, dict]) -> None:
     request, sources = problem_row
-    fresh = _sha(isolate.compile_isolated(request, sources, 600, warm=False))
-    warm = Counter(_sha(isolate.compile_isolated(request, sources, 600, warm=True)) for _ in range(WARM_RUNS))
+    server = isolate.WarmServer()
+    try:
+        fresh = _sha(isolate.compile_isolated(request, sources, 600, None))
+        warm = Counter(_sha(isolate.compile_isolated(request, sources, 600, server)) for _ in range(WARM_RUNS))
+    finally:
+        server.stop()
     assert warm == Counter({fresh: WARM_RUNS})
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import REPO, copy_project, run_farm, shrink_rmsnorm
@@ -175,8 +176,8 @@ def test_a_dead_compile_server_is_not_reported_as_a_time_limit(crashy_project: P
 
 
 @pytest.fixture()
-def rmsnorm_request() -> Iterator[tuple[CompileRequest, dict[str, bytes]]]:
-    """One real row compiled in this process's own zygote (stopped, by its pids, at the end)."""
+def rmsnorm_request() -> Iterator[tuple[CompileRequest, dict[str, bytes], Any]]:
+    """One real row, and a warm server of this process's own (its zygote stopped, by its pids, at the end)."""
     from farm.build import compile_request
     from farm.plan.sources import collect
     from farm.table import config as config_mod
@@ -185,41 +186,40 @@ def rmsnorm_request() -> Iterator[tuple[CompileRequest, dict[str, bytes]]]:
 
     cfg = config_mod.load(REPO, ["ops=[rmsnorm]", "targets=[gfx942]", "dtypes=[f32]"])
     rows, _ = fresh_rows(cfg)
-    yield compile_request(cfg, rows[0]), collect(cfg.kernels_dir)
-    if isolate._ZYGOTE is not None:
-        isolate._ZYGOTE.stop()
-        isolate._ZYGOTE = None
+    server = isolate.WarmServer()
+    yield compile_request(cfg, rows[0]), collect(cfg.kernels_dir), server
+    server.stop()
 
 
-def test_lost_linker_shim_is_recreated_and_its_error_named(rmsnorm_request: tuple[CompileRequest, dict],
+def test_lost_linker_shim_is_recreated_and_its_error_named(rmsnorm_request: tuple[CompileRequest, dict, Any],
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Case 8: a temp cleaner deleting the zygote home's `ld.lld` shim failed every later compile of that
     worker, and the console showed MLIR text instead of the linker's failure."""
     from farm.worker import isolate
 
-    request, sources = rmsnorm_request
-    first = isolate.compile_isolated(request, sources, 120)
+    request, sources, server = rmsnorm_request
+    first = isolate.compile_isolated(request, sources, 120, server)
     assert first.ok, first.error
-    zygote = isolate._ZYGOTE
+    zygote = server.zygote
     assert zygote is not None and zygote.home.parent == isolate.short_private_dir("zygotes")
     shim = zygote.home / "rocm" / "llvm" / "bin" / "ld.lld"
     # Without the recreation (the old code), the linker is missing: the error names lld, not MLIR.
     shim.unlink()
     with monkeypatch.context() as patch:
         patch.setattr(isolate, "write_linker_shim", lambda rocm, linker=None: rocm)
-        failed = isolate.compile_isolated(request, sources, 120)
+        failed = isolate.compile_isolated(request, sources, 120, server)
     assert not failed.ok and failed.error is not None
     assert failed.error.startswith("compiler process exited with status 1: ")
     assert "lld invocation failed" in failed.error and "llvm.func" not in failed.error
     # With it: the shim is written again before the compile, the same zygote compiles.
-    again = isolate.compile_isolated(request, sources, 120)
+    again = isolate.compile_isolated(request, sources, 120, server)
     assert again.ok, again.error
-    assert again.elf == first.elf and isolate._ZYGOTE is zygote and shim.is_file()
+    assert again.elf == first.elf and server.zygote is zygote and shim.is_file()
     # The whole home gone (socket included): a new zygote pair starts and compiles.
     shutil.rmtree(zygote.home)
-    fresh = isolate.compile_isolated(request, sources, 120)
+    fresh = isolate.compile_isolated(request, sources, 120, server)
     assert fresh.ok, fresh.error
-    assert fresh.elf == first.elf and isolate._ZYGOTE is not zygote
+    assert fresh.elf == first.elf and server.zygote is not zygote
     assert zygote.proc.poll() is not None and zygote.binary.poll() is not None  # the old pair was ended
 
 
@@ -245,7 +245,7 @@ def test_a_traceback_names_the_kernel_file_not_the_private_copy() -> None:
     source = b"def launcher_and_args(knobs):\n    raise ValueError('traced wrong')\n"
     request = CompileRequest(key="boom/gfx942/boom", generator="boom.gen", knobs={},
                              target=TargetFacts("gfx942", "gfx942", "gfx942"))
-    result = compile_isolated(request, {"boom/gen.py": source, "boom/__init__.py": b""}, 300, warm=False)
+    result = compile_isolated(request, {"boom/gen.py": source, "boom/__init__.py": b""}, 300, None)
     assert not result.ok and result.error is not None
     assert result.error.endswith("ValueError: traced wrong"), result.error
     assert 'File "kernels_src/boom/gen.py", line 2, in launcher_and_args' in result.stderr, result.stderr

@@ -202,7 +202,7 @@ def audit(cfg: FarmConfig, rows: list[Row], every: list[Row], overrides: list[st
         conditions = json.loads(rebuild_report.read_text()).get("conditions") if rebuild_report.is_file() else None
         objects = []
         # Shared hold on the audited tree: a build writing it now would make the comparison meaningless.
-        with tree_lock(cfg.outputs_dir, command_line(), shared=True, wait_s=lock_wait(cfg), log=log):
+        with tree_lock(cfg.outputs_dir, command_line(), shared=True, wait_s=lock_wait(cfg)):
             for row in rows:
                 result = _compare_object(cfg.outputs_dir / row.relpath(), rebuilt / row.relpath(),
                                          failures.get(row.key))

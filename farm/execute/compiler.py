@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
-from typing import Any
 
 import ray
 
 from farm.contract import CompileRequest, CompileResult, Json
-from farm.worker.isolate import compile_isolated, warm_zygote
+from farm.worker.isolate import WarmServer, compile_isolated
 
 
 def failure(key: str, error: str) -> CompileResult:
@@ -48,7 +47,7 @@ class Compiler:
     and the standing cluster's daemon; on a standing cluster its zygote outlives builds."""
 
     def __init__(self) -> None:
-        self.zygote: Any = None  # this process's warm compile server, once started
+        self.server = WarmServer()  # this actor's warm compile server, started on first use
 
     @ray.method(concurrency_group="control")
     def hello(self) -> str:
@@ -57,14 +56,14 @@ class Compiler:
 
     def warm(self, linker: dict[str, Json] | None) -> WarmUp:
         """Start the warm compile server now (the standing cluster warms before it says `up`)."""
-        self.zygote, seconds = warm_zygote(linker)
-        return WarmUp(self.zygote.alive(), seconds)
+        zygote, seconds = self.server.get(linker)
+        return WarmUp(zygote.alive(), seconds)
 
     def compile(self, request: CompileRequest, sources: dict[str, bytes], timeout_s: float,
                 warm: bool) -> CompileResult:
         """One isolated compile on this actor's node; never raises (the driver must learn the row's key)."""
         node = node_name()
         try:
-            return compile_isolated(request, sources, timeout_s, warm=warm, node=node)
+            return compile_isolated(request, sources, timeout_s, self.server if warm else None, node=node)
         except Exception as exc:  # noqa: BLE001 (a bug in the worker: reported as this row's failure)
             return failure(request.key, f"the compile worker on {node} raised {type(exc).__name__}: {exc}")

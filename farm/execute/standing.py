@@ -167,9 +167,8 @@ def mark_used(root: Path) -> None:
     (state_dir(root) / USED_FILE).touch()
 
 
-def for_build(cfg: Any, _stream: object = None) -> StandingState | None:
-    """The standing cluster this build may use, or None (then it starts a private one). Notes go to the
-    log (`_stream`: farm/build.py still passes its stream; unused)."""
+def for_build(cfg: Any) -> StandingState | None:
+    """The standing cluster this build may use, or None (then it starts a private one). Notes go to the log."""
     if cfg.executor.get("kind") != "local" or not cfg.executor.get("standing", True):
         return None
     wanted = num_cpus(cfg.executor)  # a bad value is named here, before anything starts

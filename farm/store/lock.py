@@ -13,18 +13,20 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import stat
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
 
 from farm.core.errors import FarmError
 from farm.table.config import FarmConfig
 
 POLL_S = 0.2
+
+log = logging.getLogger(__name__)
 
 
 def lock_path(tree: Path) -> Path:
@@ -63,7 +65,7 @@ def _record_holder(fd: int, command: str) -> None:
 
 @contextlib.contextmanager
 def tree_lock(tree: Path, command: str, *, shared: bool = False, wait_s: float | None = None,
-              log: TextIO = sys.stderr) -> Iterator[None]:
+              ) -> Iterator[None]:
     """Hold the lock on `tree` for the block. Waits for a holder (saying once who it is), at most
     `wait_s` seconds when given (0: refuse at once); then a FarmError names the holder."""
     path = lock_path(tree)
@@ -83,7 +85,7 @@ def tree_lock(tree: Path, command: str, *, shared: bool = False, wait_s: float |
                                     "wait for it to finish, or run again without lock_wait_s= to wait for it"
                                     ) from None
                 if not said:
-                    print(f"waiting for {tree}: it is locked by {who} (lock file {path})", file=log, flush=True)
+                    log.warning("waiting for %s: it is locked by %s (lock file %s)", tree, who, path)
                     said = True
                 time.sleep(POLL_S)
         if not shared:

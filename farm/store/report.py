@@ -8,6 +8,7 @@ Reports are named per output tree (`build-<tree tag>-<UTC stamp>-<pid>.json`), a
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -23,6 +24,8 @@ from farm.store.trace import chrome_trace
 from farm.table.config import FarmConfig
 
 DEFAULT_KEEP = 20
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ def keep_count(cfg: FarmConfig) -> int:
     return value
 
 
-def write_build_report(cfg: FarmConfig, report: dict[str, Any], log: Any) -> Path | str:
+def write_build_report(cfg: FarmConfig, report: dict[str, Any]) -> Path | str:
     """Write the report and its timeline, then drop this tree's oldest beyond `report_keep`. The name carries
     the time to the microsecond and the pid: two builds never write the same report. A report that cannot be
     written (disk full) is said in one line; it never hides the build's own result."""
@@ -86,7 +89,7 @@ def write_build_report(cfg: FarmConfig, report: dict[str, Any], log: Any) -> Pat
         write_text_atomic(cfg.report_dir / "latest-build.trace.json", trace)
         _prune(cfg.report_dir, tree_tag(cfg), keep)
     except OSError as exc:
-        print(f"the build report could not be written to {cfg.report_dir} ({exc.strerror or exc})", file=log)
+        log.warning("the build report could not be written to %s (%s)", cfg.report_dir, exc.strerror or exc)
         return f"not written ({exc.strerror or exc})"
     return path
 

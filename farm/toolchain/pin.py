@@ -33,7 +33,7 @@ import yaml
 
 from farm.core.canonical import digest_of
 from farm.core.errors import FarmError
-from farm.core.private import read_private_text, write_private_text
+from farm.core.private import private_dir, read_private_text, write_private_text
 
 LINKER_PACKAGE = "ziglang"
 # The Python distributions whose files decide an object's bytes, pinned by content. FlyDSL is the
@@ -325,6 +325,8 @@ def installed(cache_dir: Path | None = None, linker: dict[str, Any] | None = Non
         "linker": found,
     }
     if disassembler is not None:
+        # Imported here, not at the top: compile processes load this module, and every farm file they load
+        # is a recorded compile input; the disassembler only verifies, it must not make objects rebuild.
         from farm.toolchain.disasm import installed as disassembler_installed
 
         toolchain["disassembler"] = disassembler_installed(disassembler)
@@ -478,7 +480,6 @@ def damaged(cache_dir: Path | None = None) -> dict[str, Content]:
 
 
 def main() -> int:
-    from farm.core.private import private_dir
 
     bad = damaged(private_dir("toolchain-cache"))
     for name, content in sorted(bad.items()):

@@ -268,18 +268,27 @@ def sweep_dead_zygote_homes(parent: Path) -> None:
             continue  # still starting, or not ours to judge
 
 
-_ZYGOTE: Zygote | None = None
+class WarmServer:
+    """One worker's warm compile server (a zygote and its codegen server), owned by whoever keeps the worker
+    alive: a Ray actor in the farm, so the warm state lives and ends with that actor, never in a module
+    global of a throwaway task process."""
 
+    def __init__(self) -> None:
+        self.zygote: Zygote | None = None
 
-def warm_zygote(linker: dict[str, Any] | None) -> tuple[Zygote, float]:
-    """This worker's zygote, started if needed; and the seconds spent starting it now (0 when warm)."""
-    global _ZYGOTE
-    if _ZYGOTE is None or not _ZYGOTE.alive():
-        if _ZYGOTE is not None:
-            _ZYGOTE.stop()  # a half-dead pair (one server gone, or its socket deleted): replace both
-        _ZYGOTE = Zygote(linker)
-        return _ZYGOTE, _ZYGOTE.warmup_seconds
-    return _ZYGOTE, 0.0
+    def get(self, linker: dict[str, Any] | None) -> tuple[Zygote, float]:
+        """The zygote, started if needed; and the seconds spent starting it now (0 when warm)."""
+        if self.zygote is None or not self.zygote.alive():
+            if self.zygote is not None:
+                self.zygote.stop()  # a half-dead pair (one server gone, or its socket deleted): replace both
+            self.zygote = Zygote(linker)
+            return self.zygote, self.zygote.warmup_seconds
+        return self.zygote, 0.0
+
+    def stop(self) -> None:
+        if self.zygote is not None:
+            self.zygote.stop()
+            self.zygote = None
 
 
 def _run_fresh(work: Path, env: dict[str, str], timeout_s: float) -> Outcome:
@@ -298,9 +307,10 @@ def _run_fresh(work: Path, env: dict[str, str], timeout_s: float) -> Outcome:
         return Outcome(None, out.decode("utf-8", "replace"), cause="timeout")
 
 
-def _run_warm(work: Path, env: dict[str, str], timeout_s: float, linker: dict[str, Any] | None) -> Outcome:
+def _run_warm(server: WarmServer, work: Path, env: dict[str, str], timeout_s: float,
+              linker: dict[str, Any] | None) -> Outcome:
     """A fork of this worker's warm zygote for this one compile (plus the warm-up, when it paid one)."""
-    zygote, warmup = warm_zygote(linker)
+    zygote, warmup = server.get(linker)
     outcome = (zygote.run(work, env, timeout_s) if zygote.ready
                else Outcome(None, "", cause="server died: it did not start"))
     log_path = work / "compile.log"
@@ -364,8 +374,9 @@ def real_source_paths(log: str, kernels_root: Path) -> str:
 
 
 def compile_isolated(request: CompileRequest, sources: dict[str, bytes], timeout_s: float,
-                     warm: bool = True, node: str | None = None) -> CompileResult:
-    """Compile one row in a child process; never raises for a compile failure, reports it instead.
+                     warm: WarmServer | None, node: str | None = None) -> CompileResult:
+    """Compile one row in a child process: a fork of `warm`'s zygote, or with `warm` None a fresh interpreter.
+    Never raises for a compile failure, reports it instead.
     A worker whose toolchain differs from the request's pin refuses before compiling."""
     started, started_unix = time.monotonic(), time.time()
     node = node or socket.gethostname()
@@ -390,7 +401,7 @@ def compile_isolated(request: CompileRequest, sources: dict[str, bytes], timeout
 
 
 def _compile_in(work: Path, request: CompileRequest, sources: dict[str, bytes], timeout_s: float,
-                warm: bool) -> dict[str, Any]:
+                warm: WarmServer | None) -> dict[str, Any]:
     """Compile `request` in the private directory `work`; returns the result's compile facts."""
     for sub in ("home", "tmp"):
         (work / sub).mkdir()
@@ -402,7 +413,8 @@ def _compile_in(work: Path, request: CompileRequest, sources: dict[str, bytes], 
     # The codegen step ends at the row's deadline too (binary_step.py).
     env = dict(child_environment(work, request.target), **{DEADLINE_ENV: f"{time.time() + timeout_s:.3f}"})
     compile_started = time.monotonic()
-    outcome = _run_warm(work, env, timeout_s, request.linker) if warm else _run_fresh(work, env, timeout_s)
+    outcome = (_run_warm(warm, work, env, timeout_s, request.linker) if warm is not None
+               else _run_fresh(work, env, timeout_s))
     outcome.log = real_source_paths(outcome.log, kernels_root)
     facts: dict[str, Any] = {
         "warmup_seconds": outcome.warmup, "stderr": outcome.log, "warnings": tuple(warnings_in(outcome.log)),
