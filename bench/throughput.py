@@ -1,4 +1,5 @@
-"""Build the same rows three ways, one after another in one run, and print how they compare.
+"""Build the same rows four ways (three ways of compiling, the farm on two clusters), one after another
+in one run, and print how they compare.
 
     python bench/throughput.py [farm selection overrides]      e.g. ops=[rmsnorm] targets=[gfx942]
 
