@@ -22,7 +22,6 @@ scale are kernel arguments (see SOURCE.md for the kernarg layout).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,10 +29,13 @@ from typing import Any
 import flydsl.compiler as flyc
 import flydsl.expr as fx
 import torch
-from flydsl._mlir import ir
-from flydsl._mlir.dialects import llvm
+from common.arch import check_wave, target_arch
+from common.buffers import buffer_rsrc
+from common.flydsl_compat import allocation_address, lds_load, lds_store
+from common.flydsl_compat import ir_value as _v
+from common.fx_types import FX_TYPES, NULL_STREAM, TORCH_TYPES
+from common.trace import tree
 from flydsl.expr import rocdl
-from flydsl.runtime.device import get_rocm_arch
 from sdpa_cdna.spec import VEC_ELEMS, WAVE, Plan, make_plan
 
 LOG2E = 1.4426950408889634
@@ -47,14 +49,6 @@ SENTINEL = -0x80000000  # 0x80000000 as an i32
 # lane mask (an SGPR pair) per load, which ran the larger tiles out of SGPRs.
 NO_ROW = 1 << 30
 NEG_INF = float("-inf")
-_FX_TYPES = {"bf16": fx.BFloat16, "f16": fx.Float16}
-_TORCH_TYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
-_NULL_STREAM = fx.Stream(None)
-
-
-def target_arch() -> str:
-    """Arch being compiled for: the same resolution order FlyDSL's backend uses."""
-    return (os.environ.get("ARCH") or get_rocm_arch()).lower()
 
 
 @dataclass(frozen=True)
@@ -84,35 +78,17 @@ def make_isa(plan: Plan, arch: str) -> Isa:
 # rewriter never turns their Python loops or conditionals into device control flow).
 # ---------------------------------------------------------------------------------------------
 
-def _v(x: Any) -> ir.Value:
-    return x if isinstance(x, ir.Value) else x.ir_value()
-
-
 def _i32(x: Any) -> fx.Int32:
     return x if isinstance(x, fx.Int32) else fx.Int32(x)
 
 
-def _vec_i32(words: int) -> ir.Type:
+def _vec_i32(words: int) -> Any:
     return fx.T.vec(words, fx.T.i32)
 
 
-def _lds_ptr(addr: Any) -> ir.Value:
-    return llvm.inttoptr(ir.Type.parse("!llvm.ptr<3>"), _v(_i32(addr)))
-
-
-def lds_load(words: int, addr: Any) -> fx.Vector:
-    """`words` dwords from LDS byte address `addr` (8- or 16-byte aligned by construction)."""
-    raw = llvm.LoadOp(_vec_i32(words), _lds_ptr(addr), alignment=min(4 * words, 16)).result
-    return fx.Vector(raw)
-
-
-def lds_store(value: Any, addr: Any, align: int) -> None:
-    llvm.StoreOp(_v(value), _lds_ptr(addr), alignment=align)
-
-
-def buffer_rsrc(base: Any) -> Any:
+def slice_rsrc(base: Any) -> Any:
     """Descriptor over a (batch, head) slice; masked lanes use SENTINEL and fall outside it."""
-    return rocdl.get_buffer_rsrc(rocdl.make_buffer_ptr(base, num_records_bytes=fx.Int64(NUM_RECORDS)))
+    return buffer_rsrc(base, NUM_RECORDS)
 
 
 def buffer_load(rsrc: Any, words: int, offset: Any) -> fx.Vector:
@@ -137,16 +113,6 @@ def concat(parts: list[fx.Vector]) -> fx.Vector:
     return out
 
 
-def tree(values: list, op: Callable) -> Any:
-    items = list(values)
-    while len(items) > 1:
-        nxt = [op(items[i], items[i + 1]) for i in range(0, len(items) - 1, 2)]
-        if len(items) % 2:
-            nxt.append(items[-1])
-        items = nxt
-    return items[0]
-
-
 def fmax(a: Any, b: Any) -> fx.Float32:
     return fx.Float32(fx.arith.maxnumf(a, b))
 
@@ -160,7 +126,7 @@ def mfma(isa: Isa, dtype: str, a: fx.Vector, b: fx.Vector, c: fx.Vector) -> fx.V
     """C += A * B with A, B given as packed dwords (kpl 16-bit elements per lane)."""
     res_ty = fx.T.vec(isa.nacc, fx.T.f32)
     if isa.kpl == 8:
-        elem = _FX_TYPES[dtype]
+        elem = FX_TYPES[dtype]
         op = {(32, "bf16"): rocdl.mfma_f32_32x32x16_bf16, (32, "f16"): rocdl.mfma_f32_32x32x16_f16,
               (16, "bf16"): rocdl.mfma_f32_16x16x32_bf16, (16, "f16"): rocdl.mfma_f32_16x16x32_f16}[isa.mn, dtype]
     else:
@@ -182,7 +148,7 @@ def pack_probs(p: list, dtype: str, native_bf16: bool) -> fx.Vector:
     the NaN guard of the generic lowering (probabilities are finite, in [0, 1])."""
     vec = fx.Vector.from_elements(p, dtype=fx.Float32)
     if dtype != "bf16" or native_bf16:
-        return vec.to(_FX_TYPES[dtype]).bitcast(fx.Int32)
+        return vec.to(FX_TYPES[dtype]).bitcast(fx.Int32)
     bits = vec.bitcast(fx.Int32)
     rounded = bits + ((bits >> 16) & 1) + 0x7FFF
     halves = rounded.bitcast(fx.Int16)
@@ -303,7 +269,7 @@ def softmax_step(ctx: Ctx, s_acc: list, m_old: Any, l_old: Any, n0: Any, mask: b
     neg_m = fx.Float32(0.0) - m_scaled
     p = [exp2(fx.math.fma(v, ctx.scale_log2, neg_m)) for v in vals]
     # l stays a per-lane partial sum (this lane's keys only); lanes are summed once at the end.
-    l_new = fx.math.fma(l_old, corr, tree(p, lambda a, b: a + b))
+    l_new = fx.math.fma(l_old, corr, tree(p))
     return m_new, l_new, corr, p
 
 
@@ -424,11 +390,11 @@ def setup(plan: Plan, isa: Isa, a: Args, lds_base: Any) -> tuple[Ctx, Rows]:
     grp = lane // isa.mn
     my_m = m0 + row_tile * isa.mn + col
 
-    q_rsrc = buffer_rsrc(slice_base(a.q, b, h, st["q_sb"], st["q_sh"]))
-    k_rsrc = buffer_rsrc(slice_base(a.k, b, h_kv, st["k_sb"], st["k_sh"]))
-    v_rsrc = buffer_rsrc(slice_base(a.v, b, h_kv, st["v_sb"], st["v_sh"]))
-    o_rsrc = buffer_rsrc(slice_base(a.o, b, h, st["o_sb"], st["o_sh"]))
-    lse_rsrc = buffer_rsrc(slice_base(a.lse, b, h, st["lse_sb"], st["lse_sh"]))
+    q_rsrc = slice_rsrc(slice_base(a.q, b, h, st["q_sb"], st["q_sh"]))
+    k_rsrc = slice_rsrc(slice_base(a.k, b, h_kv, st["k_sb"], st["k_sh"]))
+    v_rsrc = slice_rsrc(slice_base(a.v, b, h_kv, st["v_sb"], st["v_sh"]))
+    o_rsrc = slice_rsrc(slice_base(a.o, b, h, st["o_sb"], st["o_sh"]))
+    lse_rsrc = slice_rsrc(slice_base(a.lse, b, h, st["lse_sb"], st["lse_sh"]))
     k_s2, v_s2 = st["k_ss"] * 2, st["v_ss"] * 2
 
     # Q^T operands (B of S^T = K Q^T): lane holds Q[my_m][kk*kstep + grp*kpl + 0..kpl-1].
@@ -508,7 +474,7 @@ def lane_sum(isa: Isa, x: Any) -> fx.Float32:
 def write_out(ctx: Ctx, rows: Rows, a: Args, m: Any, l_part: Any, o_acc: list) -> None:
     """Normalize and store this lane's O^T columns (one query row) and, if asked, its LSE."""
     plan, isa = ctx.plan, ctx.isa
-    elem = _FX_TYPES[plan.dtype]
+    elem = FX_TYPES[plan.dtype]
     l_tot = lane_sum(isa, l_part)
     seen = l_tot > fx.Float32(0.0)
     inv = seen.select(fx.Float32(1.0) / l_tot, fx.Float32(0.0))  # rows with no visible key write 0
@@ -584,10 +550,9 @@ def _build(plan: Plan, arch: str) -> Callable:
         q_ss: fx.Int32, k_ss: fx.Int32, v_ss: fx.Int32, o_ss: fx.Int32,
         scale: fx.Float32, write_lse: fx.Int32,
     ):
-        if fx.const_expr(fx.gpu.num_warp_threads() != WAVE):
-            raise ValueError(f"sdpa_cdna is wave64 (CDNA) only; target has {fx.gpu.num_warp_threads()} lanes")
+        check_wave(WAVE, "sdpa_cdna (wave64, CDNA only)")
         lds = fx.SharedAllocator().allocate(lds_bytes, alignment=16)
-        lds_base = fx.Int32(llvm.ptrtoint(fx.T.i32, fx.to_llvm_ptr(lds._ptr)))
+        lds_base = allocation_address(lds)
         a = Args(q=q, k=k, v=v, o=o, lse=lse, batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
                  num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, head_dim=head_dim, head_dim_v=head_dim_v,
                  strides={"q_sb": q_sb, "q_sh": q_sh, "k_sb": k_sb, "k_sh": k_sh, "v_sb": v_sb, "v_sh": v_sh,
@@ -625,7 +590,7 @@ def _build(plan: Plan, arch: str) -> Callable:
         head_dim: fx.Int32, head_dim_v: fx.Int32,
         q_ss: fx.Int32, k_ss: fx.Int32, v_ss: fx.Int32, o_ss: fx.Int32,
         scale: fx.Float32, write_lse: fx.Int32,
-        stream: fx.Stream = _NULL_STREAM,
+        stream: fx.Stream = NULL_STREAM,
     ):
         sdpa_fwd(
             fx.get_iter(q), fx.get_iter(k), fx.get_iter(v), fx.get_iter(o), fx.get_iter(lse),
@@ -638,17 +603,13 @@ def _build(plan: Plan, arch: str) -> Callable:
     return launch
 
 
-def trace_args(plan: Plan, batch: int, seqlen_q: int, seqlen_k: int, heads_q: int, heads_kv: int,
-               layout: str = "bshd", head_dim: int | None = None) -> tuple:
-    """CPU tensors and scalars for one trace; only dtypes reach the object, never these sizes."""
-    dt = _TORCH_TYPES[plan.dtype]
-    hd = head_dim or plan.hd
-    hdv = plan.hdv if head_dim is None else min(head_dim, plan.hdv)
+def trace_args(plan: Plan, batch: int, seqlen_q: int, seqlen_k: int, heads_q: int, heads_kv: int) -> tuple:
+    """CPU tensors (BSHD) and scalars for one trace; only dtypes reach the object, never these sizes."""
+    dt = TORCH_TYPES[plan.dtype]
+    hd, hdv = plan.hd, plan.hdv
 
     def make(seq: int, heads: int, dim: int) -> torch.Tensor:
-        if layout == "bshd":
-            return torch.zeros(batch, seq, heads, dim, dtype=dt)
-        return torch.zeros(batch, heads, seq, dim, dtype=dt).transpose(1, 2)  # BHSD memory, BSHD view
+        return torch.zeros(batch, seq, heads, dim, dtype=dt)
 
     q, k, v = make(seqlen_q, heads_q, hd), make(seqlen_k, heads_kv, hd), make(seqlen_k, heads_kv, hdv)
     o = make(seqlen_q, heads_q, hdv)
@@ -667,13 +628,3 @@ def launcher_and_args(knobs: dict) -> tuple[Callable, tuple]:
     """
     plan = make_plan(knobs)
     return _build(plan, target_arch()), trace_args(plan, 1, 64, 64, 2, 2)
-
-
-def alt_trace_args(knobs: dict) -> tuple:
-    """A second, different trace (sizes, GQA ratio, BHSD strides, smaller head dim, scale): the
-    object must be byte-identical to launcher_and_args' one."""
-    plan = make_plan(knobs)
-    args = list(trace_args(plan, 3, 100, 77, 8, 2, layout="bhsd", head_dim=plan.hd - 8))
-    args[-2] = 0.3
-    args[-1] = 0
-    return tuple(args)

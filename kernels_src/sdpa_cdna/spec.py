@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from common.knobs import check_choice, check_keys
+
 DTYPES: tuple[str, ...] = ("bf16", "f16")
 ELEM_BYTES = 2
 
@@ -127,21 +129,9 @@ def make_plan(knobs: dict) -> Plan:
 
 def check_knob_values(knobs: dict) -> None:
     """Every knob present, of the right type and in its accepted set (geometry checked by make_plan)."""
-    if not isinstance(knobs, dict):
-        raise ValueError(f"knobs must be a dict; got {type(knobs).__name__}")
-    required = ("dtype", "head_dim", "causal", "tile")
-    optional = ("head_dim_v", "schedule")
-    missing = [k for k in required if k not in knobs]
-    if missing:
-        raise ValueError(f"knobs missing {missing}; sdpa needs {list(required)} and optionally {list(optional)}")
-    extra = sorted(set(knobs) - set(required) - set(optional))
-    if extra:
-        raise ValueError(f"unknown knobs {extra}; sdpa accepts {list(required)} and optionally {list(optional)}")
-    if knobs["dtype"] not in DTYPES:
-        raise ValueError(f"knob dtype={knobs['dtype']!r} not supported; accepted: {list(DTYPES)}")
-    schedule = knobs.get("schedule", "single")
-    if schedule not in SCHEDULES:
-        raise ValueError(f"knob schedule={schedule!r} not supported; accepted: {list(SCHEDULES)}")
+    check_keys("sdpa_cdna", knobs, ("dtype", "head_dim", "causal", "tile"), ("head_dim_v", "schedule"))
+    check_choice("dtype", knobs["dtype"], DTYPES)
+    check_choice("schedule", knobs.get("schedule", "single"), SCHEDULES)
     if knobs["causal"] not in (0, 1) or isinstance(knobs["causal"], float):
         raise ValueError(f"knob causal={knobs['causal']!r}; accepted: 0 or 1")
     hd = knobs["head_dim"]

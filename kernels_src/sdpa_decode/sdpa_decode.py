@@ -19,7 +19,6 @@ per-lane scalar.  The contraction order inside an MMA is free, so K and Q fragme
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +26,11 @@ from typing import Any
 import flydsl.compiler as flyc
 import flydsl.expr as fx
 import torch
+from common.arch import check_wave, target_arch
+from common.buffers import buffer_rsrc
+from common.fx_types import FX_TYPES, NULL_STREAM, TORCH_TYPES
+from common.trace import tree
 from flydsl.expr import rocdl
-from flydsl.runtime.device import get_rocm_arch
 from sdpa_decode.spec import (
     ELEM_BYTES,
     LDS_PAD_KEYS,
@@ -42,8 +44,6 @@ from sdpa_decode.spec import (
     waves_n,
 )
 
-_FX_TYPES = {"bf16": fx.BFloat16, "f16": fx.Float16}
-_TORCH_TYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 # Running-max start: finite, so exp2(m_old - m_new) never evaluates inf - inf.
@@ -55,8 +55,6 @@ UNBOUNDED = 0x7FFFFFFF
 MERGE_UNROLL = 4
 # Small trace shapes: only dtypes reach the object, never these sizes.
 _TRACE = {"batch": 1, "seqlen_q": 2, "seqlen_k": 80, "heads_q": 4, "heads_kv": 2, "num_splits": 2}
-# Launch on the null stream unless the caller passes one (one shared default object).
-_NULL_STREAM = fx.Stream(None)
 
 
 @dataclass(frozen=True)
@@ -105,16 +103,6 @@ def mma_for(arch: str) -> Mma:
     raise ValueError(f"sdpa_decode has no MMA layout for target {arch!r} (gfx9 CDNA, gfx11, gfx12 only)")
 
 
-def target_arch() -> str:
-    """Arch being compiled for: the same resolution order FlyDSL's backend uses."""
-    return (os.environ.get("ARCH") or get_rocm_arch()).lower()
-
-
-def _rsrc(ptr: Any, nbytes: Any) -> Any:
-    # Bounds = exactly the bytes that may be touched: loads past them read 0, stores vanish.
-    return rocdl.get_buffer_rsrc(rocdl.make_buffer_ptr(ptr, num_records_bytes=fx.Int64(nbytes)))
-
-
 def _i64(x: Any) -> fx.Int64:
     return fx.Int64(x)
 
@@ -130,14 +118,6 @@ def _log2(x: Any) -> fx.Float32:
 
 def _fmax(a: Any, b: Any) -> fx.Float32:
     return fx.Float32(fx.arith.maxnumf(fx.Float32(a), fx.Float32(b)))
-
-
-def _tree(parts: list, op: Callable) -> Any:
-    # Pairwise fold in a fixed order (outside the kernel: the AST rewriter turns `while` into scf.while).
-    while len(parts) > 1:
-        pairs = [parts[i : i + 2] for i in range(0, len(parts), 2)]
-        parts = [op(p[0], p[1]) if len(p) == 2 else p[0] for p in pairs]
-    return parts[0]
 
 
 def _load16(rsrc: Any, voff: Any, soff: Any, elem_t: type) -> fx.Vector:
@@ -183,7 +163,7 @@ class Plan:
         self.mma = m
         self.dtype = knobs["dtype"]
         self.bf16 = self.dtype == "bf16"
-        self.elem_t = _FX_TYPES[self.dtype]
+        self.elem_t = FX_TYPES[self.dtype]
         self.d = knobs["head_dim"]
         self.causal = knobs["mask"] == "causal"
         self.chunk = knobs["chunk"]
@@ -278,7 +258,7 @@ def k_tile_rsrc(p: Plan, k_step: Any, k_stride: Any, first: Any, n_keys: Any) ->
     One descriptor per tile keeps every load offset a lane VGPR plus a small constant."""
     rows = n_keys - first
     nbytes = fx.arith.max((_i64(rows - 1) * _i64(k_stride) + p.d) * ELEM_BYTES, _i64(0))
-    return _rsrc(k_step + _i64(first) * _i64(k_stride), nbytes)
+    return buffer_rsrc(k_step + _i64(first) * _i64(k_stride), nbytes)
 
 
 def score_phase(p: Plan, k_rsrcs: list, k_row: Any, q_src: Callable) -> list:
@@ -320,7 +300,7 @@ def kv_rsrcs(kv: KvSource, step: Any, step_hi: Any) -> tuple:
     k_step = kv.k_head + _i64(key0) * _i64(kv.k_stride)
     k_rsrcs = [k_tile_rsrc(p, k_step, kv.k_stride, kv.wave_key + t * MMA_TILE, n_keys) for t in range(p.nsub)]
     v_bytes = fx.arith.max((_i64(n_keys - 1) * _i64(kv.v_stride) + p.d) * ELEM_BYTES, _i64(0))
-    return k_rsrcs, _rsrc(kv.v_head + _i64(key0) * _i64(kv.v_stride), v_bytes)
+    return k_rsrcs, buffer_rsrc(kv.v_head + _i64(key0) * _i64(kv.v_stride), v_bytes)
 
 
 def kv_prefetch(kv: KvSource, step: Any, step_hi: Any) -> tuple:
@@ -428,10 +408,10 @@ def stage_v(p: Plan, lds: Any, v_rs: Any, tid: Any, v_stride: Any, loaded: list)
 def online_update(p: Plan, tiles: list, m_run: Any, l_run: Any, oacc: list) -> tuple:
     """Online softmax over this step's masked base-2 scores (`tiles`: per 16-key tile, a list)."""
     flat = [x for t in tiles for x in t]
-    m_new = _fmax(m_run, _xlane_max(p.mma, _tree(flat, _fmax)))
+    m_new = _fmax(m_run, _xlane_max(p.mma, tree(flat, _fmax)))
     alpha = _exp2(m_run - m_new)
     probs = [[_exp2(x - m_new) for x in t] for t in tiles]
-    l_new = l_run * alpha + _tree([x for t in probs for x in t], lambda a, b: a + b)
+    l_new = l_run * alpha + tree([x for t in probs for x in t])
     return m_new, l_new, [o * alpha for o in oacc], probs
 
 
@@ -518,29 +498,15 @@ def _build(knobs: dict, m: Mma) -> Callable:
 
     @flyc.kernel(name="sdpa_decode_split")
     def sdpa_decode_split(
-        q: fx.Pointer,
-        k: fx.Pointer,
-        v: fx.Pointer,
-        ws: fx.Pointer,
-        batch: fx.Int32,
-        seqlen_q: fx.Int32,
-        seqlen_k: fx.Int32,
-        heads_q: fx.Int32,
-        heads_kv: fx.Int32,
-        num_splits: fx.Int32,
-        q_stride_b: fx.Int32,
-        q_stride_s: fx.Int32,
-        q_stride_h: fx.Int32,
-        k_stride_b: fx.Int32,
-        k_stride_s: fx.Int32,
-        k_stride_h: fx.Int32,
-        v_stride_b: fx.Int32,
-        v_stride_s: fx.Int32,
-        v_stride_h: fx.Int32,
+        q: fx.Pointer, k: fx.Pointer, v: fx.Pointer, ws: fx.Pointer,
+        batch: fx.Int32, seqlen_q: fx.Int32, seqlen_k: fx.Int32,
+        heads_q: fx.Int32, heads_kv: fx.Int32, num_splits: fx.Int32,
+        q_stride_b: fx.Int32, q_stride_s: fx.Int32, q_stride_h: fx.Int32,
+        k_stride_b: fx.Int32, k_stride_s: fx.Int32, k_stride_h: fx.Int32,
+        v_stride_b: fx.Int32, v_stride_s: fx.Int32, v_stride_h: fx.Int32,
         softmax_scale: fx.Float32,
     ):
-        if fx.const_expr(fx.gpu.num_warp_threads() != m.wave):
-            raise ValueError(f"wave size mismatch: planned {m.wave}, target {fx.gpu.num_warp_threads()}")
+        check_wave(m.wave, "sdpa_decode_split")
         lds = fx.SharedAllocator().allocate(fx.Array[fx.Int32, d * p.pitch_w, 16]).peek()
         tid = fx.thread_idx.x
         lane = tid % m.wave
@@ -568,7 +534,7 @@ def _build(knobs: dict, m: Mma) -> Callable:
             limit = seqlen_k - seqlen_q + qpos + 1
         scale2 = softmax_scale * LOG2E
 
-        q_rs = _rsrc(q + _i64(b) * _i64(q_stride_b), UNBOUNDED)
+        q_rs = buffer_rsrc(q + _i64(b) * _i64(q_stride_b), UNBOUNDED)
         q_row = (qpos * q_stride_s + head * q_stride_h + m.lane_col(grp)) * ELEM_BYTES
         q_src = q_source(p, q_rs, q_row)
         k_head = k + (_i64(b) * _i64(k_stride_b) + _i64(kvh) * _i64(k_stride_h))
@@ -609,11 +575,11 @@ def _build(knobs: dict, m: Mma) -> Callable:
         slot = split * wn + wn_idx
         row0 = bh * m_total + r0
         n_rows = fx.arith.max(fx.arith.min(m_total - r0, MMA_TILE), 0)
-        ws_o = _rsrc(ws + (_i64(row0) * _i64(slots) + _i64(slot)) * d,
+        ws_o = buffer_rsrc(ws + (_i64(row0) * _i64(slots) + _i64(slot)) * d,
                      fx.arith.max(_i64(n_rows - 1) * _i64(slots) * (d * 4) + d * 4, _i64(0)))
         # LSE partials follow the O partials: [rows = batch * heads_q * seqlen_q][slots] f32.
         lse_region = _i64(batch) * _i64(heads_q) * _i64(seqlen_q) * _i64(slots) * d
-        ws_l = _rsrc(ws + (lse_region + _i64(row0) * _i64(slots) + _i64(slot)),
+        ws_l = buffer_rsrc(ws + (lse_region + _i64(row0) * _i64(slots) + _i64(slot)),
                      fx.arith.max(_i64(n_rows - 1) * _i64(slots) * 4 + 4, _i64(0)))
         finish(p, ws_o, ws_l, lane16, grp, m_run, l_run, oacc, slots)
 
@@ -639,13 +605,13 @@ def _build(knobs: dict, m: Mma) -> Callable:
         bh = row // seqlen_q
         head = bh % heads_q
         b = bh // heads_q
-        lse_rs = _rsrc(ws + (_i64(rows) * _i64(slots) * d + _i64(row) * _i64(slots)), _i64(slots) * 4)
-        o_rs = _rsrc(ws + _i64(row) * _i64(slots) * d, _i64(slots) * (d * 4))
+        lse_rs = buffer_rsrc(ws + (_i64(rows) * _i64(slots) * d + _i64(row) * _i64(slots)), _i64(slots) * 4)
+        o_rs = buffer_rsrc(ws + _i64(row) * _i64(slots) * d, _i64(slots) * (d * 4))
         col = tid * merge_e
         # Pass 1: the largest partial LSE (every thread, same order); pass 2: weighted sum.
         mx = fx.Float32(NEG_INF)
         for s in range(0, slots, MERGE_UNROLL):
-            mx = _fmax(mx, _tree([merge_lse(lse_rs, s + u, slots) for u in fx.range_constexpr(MERGE_UNROLL)], _fmax))
+            mx = _fmax(mx, tree([merge_lse(lse_rs, s + u, slots) for u in fx.range_constexpr(MERGE_UNROLL)], _fmax))
         ref = (mx == NEG_INF).select(fx.Float32(0.0), mx)
         acc = fx.Vector.filled(merge_e, 0.0, fx.Float32)
         wsum = fx.Float32(0.0)
@@ -654,41 +620,22 @@ def _build(knobs: dict, m: Mma) -> Callable:
         has = wsum > 0.0
         out = acc * has.select(1.0 / wsum, fx.Float32(0.0))
         o_row = o + (_i64(b) * _i64(o_stride_b) + _i64(qpos) * _i64(o_stride_s) + _i64(head) * _i64(o_stride_h))
-        store_row(_rsrc(o_row, d * ELEM_BYTES), col * ELEM_BYTES, out, out_t)
+        store_row(buffer_rsrc(o_row, d * ELEM_BYTES), col * ELEM_BYTES, out, out_t)
         # LSE (natural log) only when asked: otherwise the descriptor is empty and the store vanishes.
-        lse_rs_out = _rsrc(lse, (return_lse != 0).select(_i64(rows) * 4, _i64(0)))
+        lse_rs_out = buffer_rsrc(lse, (return_lse != 0).select(_i64(rows) * 4, _i64(0)))
         lse_val = has.select((ref + _log2(wsum)) * LN2, fx.Float32(NEG_INF))
         _store_f32(lse_rs_out, row * 4, [lse_val])
 
     @flyc.jit
     def launch(
-        q: fx.Tensor,
-        k: fx.Tensor,
-        v: fx.Tensor,
-        o: fx.Tensor,
-        lse: fx.Tensor,
-        workspace: fx.Tensor,
-        batch: fx.Int32,
-        seqlen_q: fx.Int32,
-        seqlen_k: fx.Int32,
-        heads_q: fx.Int32,
-        heads_kv: fx.Int32,
-        num_splits: fx.Int32,
-        q_stride_b: fx.Int32,
-        q_stride_s: fx.Int32,
-        q_stride_h: fx.Int32,
-        k_stride_b: fx.Int32,
-        k_stride_s: fx.Int32,
-        k_stride_h: fx.Int32,
-        v_stride_b: fx.Int32,
-        v_stride_s: fx.Int32,
-        v_stride_h: fx.Int32,
-        o_stride_b: fx.Int32,
-        o_stride_s: fx.Int32,
-        o_stride_h: fx.Int32,
-        softmax_scale: fx.Float32,
-        return_lse: fx.Int32,
-        stream: fx.Stream = _NULL_STREAM,
+        q: fx.Tensor, k: fx.Tensor, v: fx.Tensor, o: fx.Tensor, lse: fx.Tensor, workspace: fx.Tensor,
+        batch: fx.Int32, seqlen_q: fx.Int32, seqlen_k: fx.Int32,
+        heads_q: fx.Int32, heads_kv: fx.Int32, num_splits: fx.Int32,
+        q_stride_b: fx.Int32, q_stride_s: fx.Int32, q_stride_h: fx.Int32,
+        k_stride_b: fx.Int32, k_stride_s: fx.Int32, k_stride_h: fx.Int32,
+        v_stride_b: fx.Int32, v_stride_s: fx.Int32, v_stride_h: fx.Int32,
+        o_stride_b: fx.Int32, o_stride_s: fx.Int32, o_stride_h: fx.Int32,
+        softmax_scale: fx.Float32, return_lse: fx.Int32, stream: fx.Stream = NULL_STREAM,
     ):
         m_total = (heads_q // heads_kv) * seqlen_q
         sdpa_decode_split(
@@ -716,7 +663,7 @@ def launcher_and_args(knobs: dict) -> tuple[Callable, tuple]:
     check_row(knobs)
     launcher = _build(knobs, mma_for(target_arch()))
     t = _TRACE
-    dt, d = _TORCH_TYPES[knobs["dtype"]], knobs["head_dim"]
+    dt, d = TORCH_TYPES[knobs["dtype"]], knobs["head_dim"]
     q = torch.zeros(t["batch"], t["seqlen_q"], t["heads_q"], d, dtype=dt)
     k = torch.zeros(t["batch"], t["seqlen_k"], t["heads_kv"], d, dtype=dt)
     v = torch.zeros_like(k)

@@ -16,6 +16,8 @@ Knobs (all compile time; every size, stride, the scale and the split count are r
 
 from __future__ import annotations
 
+from common.knobs import check_choice, check_keys
+
 DTYPES: tuple[str, ...] = ("bf16", "f16")
 HEAD_DIMS: tuple[int, ...] = (64, 128, 256)
 MASKS: tuple[str, ...] = ("none", "causal")
@@ -73,29 +75,12 @@ def stage_plan(head_dim: int, chunk: int, threads: int) -> tuple[int, int] | Non
     return None
 
 
-def _accepted(values: tuple) -> str:
-    return ", ".join(repr(v) for v in values)
-
-
-def _check_choice(knobs: dict, name: str, values: tuple) -> None:
-    value = knobs[name]
-    if isinstance(value, bool) or value not in values:
-        raise ValueError(f"knob {name}={value!r} not supported; accepted: {_accepted(values)}")
-
-
 def check_row(knobs: dict) -> None:
     """Raise ValueError if the kernel cannot serve this knob row."""
-    if not isinstance(knobs, dict):
-        raise ValueError(f"knobs must be a dict with keys {list(KNOBS)}; got {type(knobs).__name__}")
-    missing = [k for k in KNOBS if k not in knobs]
-    if missing:
-        raise ValueError(f"knobs missing {missing}; sdpa_decode needs {list(KNOBS)}")
-    extra = sorted(set(knobs) - set(KNOBS))
-    if extra:
-        raise ValueError(f"unknown knobs {extra}; sdpa_decode accepts {list(KNOBS)}")
+    check_keys("sdpa_decode", knobs, KNOBS)
     for name, values in (("dtype", DTYPES), ("head_dim", HEAD_DIMS), ("mask", MASKS),
                          ("chunk", CHUNKS), ("tile_m", TILES_M)):
-        _check_choice(knobs, name, values)
+        check_choice(name, knobs[name], values)
     head_dim, chunk, tile_m = knobs["head_dim"], knobs["chunk"], knobs["tile_m"]
     for wave in WAVE_SIZES:
         wn = waves_n(tile_m, chunk, wave)
@@ -106,7 +91,7 @@ def check_row(knobs: dict) -> None:
     if need > LDS_LIMIT:
         fits = [c for c in CHUNKS if lds_bytes(head_dim, c) <= LDS_LIMIT]
         raise ValueError(f"knob chunk={chunk} with head_dim={head_dim} needs {need} bytes of LDS for the V^T tile "
-                         f"(limit {LDS_LIMIT}); accepted chunks for this head_dim: {_accepted(tuple(fits))}")
+                         f"(limit {LDS_LIMIT}); accepted chunks for this head_dim: {fits}")
     for wave in WAVE_SIZES:
         threads = num_waves(tile_m, chunk, wave) * wave
         if stage_plan(head_dim, chunk, threads) is None:

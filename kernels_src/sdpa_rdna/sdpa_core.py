@@ -24,8 +24,11 @@ from typing import Any
 import flydsl.compiler as flyc
 import flydsl.expr as fx
 import torch
-from flydsl._mlir import ir
-from flydsl._mlir.dialects import llvm
+from common.arch import check_wave
+from common.buffers import buffer_rsrc
+from common.flydsl_compat import lds_load, lds_store
+from common.fx_types import FX_TYPES, NULL_STREAM, TORCH_TYPES
+from common.trace import tree
 from flydsl.expr import rocdl
 from sdpa_rdna.spec import ELEM_BYTES, WAVE, WMMA, Plan
 
@@ -37,9 +40,6 @@ OOB = 0x7FFFFFF0
 # v_permlanex16 lane selects: lane i of one 16-lane half reads lane i of the other.
 _X16_LO, _X16_HI = 0x76543210, -0x01234568  # 0xFEDCBA98 as a signed i32
 
-_FX_ELEM = {"bf16": fx.BFloat16, "f16": fx.Float16}
-_TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
-_NULL_STREAM = fx.Stream(None)
 
 
 # ----------------------------------------------------------------------------- small IR helpers
@@ -49,30 +49,8 @@ def _raw(x: Any) -> Any:
     return x.ir_value() if hasattr(x, "ir_value") else x
 
 
-def _vec_i32(n: int) -> ir.Type:
-    return ir.VectorType.get([n], ir.IntegerType.get_signless(32))
-
-
-def _lds_ptr(addr: fx.Int32) -> ir.Value:
-    # LDS byte address -> addrspace(3) pointer; alignment is stated on each access instead.
-    return llvm.IntToPtrOp(ir.Type.parse("!llvm.ptr<3>"), _raw(addr)).result
-
-
-def _lds_load(addr: fx.Int32, dwords: int) -> fx.Vector:
-    return fx.Vector(llvm.LoadOp(_vec_i32(dwords), _lds_ptr(addr), alignment=16).result)
-
-
-def _lds_store(addr: fx.Int32, value: Any, align: int) -> None:
-    llvm.StoreOp(_raw(value), _lds_ptr(addr), alignment=align)
-
-
-def _rsrc(ptr: Any, nbytes: Any) -> Any:
-    # Bounded descriptor (OOB_SELECT=3 on RDNA): accesses past `nbytes` read 0 / are dropped.
-    return rocdl.get_buffer_rsrc(rocdl.make_buffer_ptr(ptr, num_records_bytes=nbytes))
-
-
 def _gload4(rsrc: Any, off: fx.Int32) -> fx.Vector:
-    return fx.Vector(rocdl.raw_ptr_buffer_load(_vec_i32(4), rsrc, off, 0))
+    return fx.Vector(rocdl.raw_ptr_buffer_load(fx.T.vec(4, fx.T.i32), rsrc, off, 0))
 
 
 def _gstore(rsrc: Any, off: fx.Int32, value: Any) -> None:
@@ -96,14 +74,6 @@ def _x16_f32(value: fx.Float32) -> fx.Float32:
 
 def _exp2(x: fx.Float32) -> fx.Float32:
     return fx.Float32(rocdl.exp2(fx.T.f32, _raw(x)))
-
-
-def _tree(values: list, fn: Callable) -> Any:
-    # Pairwise fold (short dependency chains); plain Python, outside any kernel body on purpose.
-    while len(values) > 1:
-        values = [fn(values[i], values[i + 1]) if i + 1 < len(values) else values[i]
-                  for i in range(0, len(values), 2)]
-    return values[0]
 
 
 def _wmma(plan: Plan, a: fx.Vector, b: fx.Vector, c: fx.Vector) -> fx.Vector:
@@ -164,7 +134,7 @@ def _rows_bytes(rows: Any, stride: Any, width: Any) -> fx.Int64:
 
 def _kv_rsrc(plan: Plan, c: SimpleNamespace, base: Any, stride: Any, n0: Any) -> Any:
     rows = fx.max(fx.min(c.seqlen_k - n0, fx.Int32(plan.block_n)), fx.Int32(0))
-    return _rsrc(base + fx.Int64(n0) * fx.Int64(stride), _rows_bytes(rows, stride, c.width))
+    return buffer_rsrc(base + fx.Int64(n0) * fx.Int64(stride), _rows_bytes(rows, stride, c.width))
 
 
 def _fetch_k(plan: Plan, c: SimpleNamespace, j: Any) -> list:
@@ -185,7 +155,7 @@ def _fetch_v(plan: Plan, c: SimpleNamespace, j: Any) -> list:
 def _publish_k(plan: Plan, c: SimpleNamespace, data: list, stage_off: Any) -> None:
     """K chunks -> LDS as [key][d]."""
     for (row, col), chunk in zip(c.k_units, data, strict=True):
-        _lds_store(c.k_lds + stage_off + row * (plan.k_pitch * ELEM_BYTES) + col * 16, chunk, 16)
+        lds_store(chunk, c.k_lds + stage_off + row * (plan.k_pitch * ELEM_BYTES) + col * 16, 16)
 
 
 def _publish_v(plan: Plan, c: SimpleNamespace, data: list, stage_off: Any) -> None:
@@ -203,7 +173,7 @@ def _publish_v(plan: Plan, c: SimpleNamespace, data: list, stage_off: Any) -> No
                 pair01 = rows[0].shuffle(rows[1], [e, 8 + e])
                 pair23 = rows[2].shuffle(rows[3], [e, 8 + e])
                 run = pair01.shuffle(pair23, [0, 1, 2, 3]).bitcast(fx.Int32)
-            _lds_store(base + e * (plan.vt_pitch * ELEM_BYTES), run, r * ELEM_BYTES)
+            lds_store(run, base + e * (plan.vt_pitch * ELEM_BYTES), r * ELEM_BYTES)
 
 
 # ----------------------------------------------------------------------------- Q operand
@@ -231,13 +201,13 @@ def _stage_q_lds(plan: Plan, c: SimpleNamespace) -> None:
     data = [_gload4(c.q_rs, _masked_off(plan, c, row * c.q_ss * ELEM_BYTES + col * 16, col * 8))
             for row, col in units]
     for (row, col), chunk in zip(units, data, strict=True):
-        _lds_store(c.q_lds + row * (plan.q_pitch * ELEM_BYTES) + col * 16, chunk, 16)
+        lds_store(chunk, c.q_lds + row * (plan.q_pitch * ELEM_BYTES) + col * 16, 16)
 
 
 def _q_operand(plan: Plan, c: SimpleNamespace, q_regs: list, dt: int) -> fx.Vector:
     if not plan.q_in_lds:
         return q_regs[dt]
-    return _lds_load(c.q_rd + dt * WMMA * ELEM_BYTES, _op_dwords(plan))
+    return lds_load(_op_dwords(plan), c.q_rd + dt * WMMA * ELEM_BYTES, 16)
 
 
 # ----------------------------------------------------------------------------- one key block
@@ -248,7 +218,7 @@ def _bias_values(plan: Plan, c: SimpleNamespace, n0: Any, masked: bool) -> list:
     if plan.bias == "none":
         return []
     eb = 4 if plan.bias == "f32" else ELEM_BYTES
-    rs = _rsrc(c.bias_qblk + fx.Int64(n0) * fx.Int64(c.b_sk), None)
+    rs = buffer_rsrc(c.bias_qblk + fx.Int64(n0) * fx.Int64(c.b_sk), None)
     out = []
     k_last = c.seqlen_k - 1 - n0
     for s in range(plan.block_n // WMMA):
@@ -268,14 +238,14 @@ def _bias_values(plan: Plan, c: SimpleNamespace, n0: Any, masked: bool) -> list:
                 val = fx.Int32(rocdl.raw_ptr_buffer_load(fx.T.i32, rs, off, soff)).bitcast(fx.Float32)
             else:
                 raw = fx.Int16(rocdl.raw_ptr_buffer_load(fx.T.i16, rs, off, soff))
-                val = raw.bitcast(_FX_ELEM[plan.dtype]).to(fx.Float32)
+                val = raw.bitcast(FX_TYPES[plan.dtype]).to(fx.Float32)
             out.append(val * LOG2E)
     return out
 
 
 def _p_operand(plan: Plan, c: SimpleNamespace, p: list) -> fx.Vector:
     """B operand P^T for one 16-key slice from this lane's 8 probabilities."""
-    own = fx.Vector.from_elements(p, fx.Float32).to(_FX_ELEM[plan.dtype]).bitcast(fx.Int32)
+    own = fx.Vector.from_elements(p, fx.Float32).to(FX_TYPES[plan.dtype]).bitcast(fx.Int32)
     if plan.arch == "gfx12":
         return own  # RDNA4: K index 8h..8h+7 of the B operand is exactly what this lane holds
     # RDNA3 wants all 16 keys in every lane: swap halves, then order (keys 0-7, keys 8-15).
@@ -312,7 +282,7 @@ def _attend(plan: Plan, c: SimpleNamespace, n0: Any, stage_off: Any, state: tupl
     k_rd, v_rd = c.k_rd + stage_off, c.vt_rd + stage_off
 
     def load_qk(dt: int) -> tuple:
-        ks = [_lds_load(k_rd + (s * WMMA * plan.k_pitch + dt * WMMA) * ELEM_BYTES, dw) for s in range(ns)]
+        ks = [lds_load(dw, k_rd + (s * WMMA * plan.k_pitch + dt * WMMA) * ELEM_BYTES, 16) for s in range(ns)]
         return _q_operand(plan, c, q_regs, dt), ks
 
     def mma_qk(dt: int, ops: tuple) -> None:
@@ -332,17 +302,17 @@ def _attend(plan: Plan, c: SimpleNamespace, n0: Any, stage_off: Any, state: tupl
             if masked:
                 x = (fx.Int32(s * WMMA + i) < c.lim_h - n0).select(x, fx.Float32(float("-inf")))
             t.append(x)
-    m_blk = _tree(list(t), fx.maxnumf)
+    m_blk = tree(list(t), fx.maxnumf)
     m_blk = fx.maxnumf(m_blk, _x16_f32(m_blk))
     m_new = fx.maxnumf(m_i, m_blk)
     alpha = _exp2(m_i - m_new)
     p = [_exp2(x - m_new) for x in t]
-    l_i = l_i * alpha + _tree(list(p), lambda a, b: a + b)
+    l_i = l_i * alpha + tree(list(p))
     acc = [a * alpha for a in acc]
     p_ops = [_p_operand(plan, c, p[s * 8:(s + 1) * 8]) for s in range(ns)]
 
     def load_pv(dt: int) -> list:
-        return [_lds_load(v_rd + (dt * WMMA * plan.vt_pitch + s * WMMA) * ELEM_BYTES, dw) for s in range(ns)]
+        return [lds_load(dw, v_rd + (dt * WMMA * plan.vt_pitch + s * WMMA) * ELEM_BYTES, 16) for s in range(ns)]
 
     def mma_pv(dt: int, v_ops: list) -> None:
         for s in range(ns):
@@ -424,10 +394,10 @@ def setup(plan: Plan, a: SimpleNamespace) -> SimpleNamespace:
     query = c.q0 + qrow
 
     q_rows = fx.min(a.seqlen_q - c.q0, fx.Int32(plan.block_m))
-    c.q_rs = _rsrc(a.q + (fx.Int64(b) * a.q_sb + fx.Int64(hq) * a.q_sh + fx.Int64(c.q0) * fx.Int64(a.q_ss)),
+    c.q_rs = buffer_rsrc(a.q + (fx.Int64(b) * a.q_sb + fx.Int64(hq) * a.q_sh + fx.Int64(c.q0) * fx.Int64(a.q_ss)),
                    _rows_bytes(q_rows, a.q_ss, c.width))
     c.q_row_off = qrow * a.q_ss * ELEM_BYTES
-    c.o_rs = _rsrc(a.o + (fx.Int64(b) * a.o_sb + fx.Int64(hq) * a.o_sh + fx.Int64(c.q0) * fx.Int64(a.o_ss)),
+    c.o_rs = buffer_rsrc(a.o + (fx.Int64(b) * a.o_sb + fx.Int64(hq) * a.o_sh + fx.Int64(c.q0) * fx.Int64(a.o_ss)),
                    _rows_bytes(q_rows, a.o_ss, c.width))
     c.o_row_off = qrow * a.o_ss * ELEM_BYTES
     c.k_head = a.k + (fx.Int64(b) * a.k_sb + fx.Int64(hk) * a.k_sh)
@@ -473,7 +443,7 @@ def epilogue(plan: Plan, c: SimpleNamespace, l_i: fx.Float32, acc: list) -> None
     inv = (l_tot > 0.0).select(fx.Float32(rocdl.rcp(fx.T.f32, _raw(l_tot))), fx.Float32(0.0))
     for dt in range(plan.d_tile // WMMA):
         col = dt * WMMA + c.half8
-        out = (acc[dt] * inv).to(_FX_ELEM[plan.dtype]).bitcast(fx.Int32)
+        out = (acc[dt] * inv).to(FX_TYPES[plan.dtype]).bitcast(fx.Int32)
         _gstore(c.o_rs, _masked_off(plan, c, c.o_row_off + col * ELEM_BYTES, col), out)
 
 
@@ -493,8 +463,7 @@ def build(plan: Plan, symbol: str) -> Callable:
         batch: fx.Int32, seqlen_q: fx.Int32, seqlen_k: fx.Int32, heads_q: fx.Int32, heads_kv: fx.Int32,
         head_dim: fx.Int32, scale: fx.Float32,
     ):
-        if fx.const_expr(fx.gpu.num_warp_threads() != WAVE):
-            raise ValueError(f"sdpa_rdna is wave32; target has {fx.gpu.num_warp_threads()} lanes")
+        check_wave(WAVE, "sdpa_rdna (wave32)")
         c = setup(plan, SimpleNamespace(
             q=q, k=k, v=v, o=o, bias=bias, q_sb=q_sb, q_sh=q_sh, k_sb=k_sb, k_sh=k_sh, v_sb=v_sb, v_sh=v_sh,
             o_sb=o_sb, o_sh=o_sh, b_sb=b_sb, b_sh=b_sh, q_ss=q_ss, k_ss=k_ss, v_ss=v_ss, o_ss=o_ss,
@@ -530,7 +499,7 @@ def build(plan: Plan, symbol: str) -> Callable:
         o_sb: fx.Int64, o_sh: fx.Int64, b_sb: fx.Int64, b_sh: fx.Int64,
         q_ss: fx.Int32, k_ss: fx.Int32, v_ss: fx.Int32, o_ss: fx.Int32, b_sq: fx.Int32, b_sk: fx.Int32,
         batch: fx.Int32, seqlen_q: fx.Int32, seqlen_k: fx.Int32, heads_q: fx.Int32, heads_kv: fx.Int32,
-        head_dim: fx.Int32, scale: fx.Float32, stream: fx.Stream = _NULL_STREAM,
+        head_dim: fx.Int32, scale: fx.Float32, stream: fx.Stream = NULL_STREAM,
     ):
         sdpa_fwd(
             fx.get_iter(q), fx.get_iter(k), fx.get_iter(v), fx.get_iter(o), fx.get_iter(bias),
@@ -547,12 +516,12 @@ def trace_args(plan: Plan, batch: int = 1, seqlen_q: int = 16, seqlen_k: int = 2
                heads_kv: int = 1, head_dim: int | None = None, scale: float = 0.125) -> tuple:
     """Small CPU tensors (BSHD) and scalars to trace one object; no size here reaches the object."""
     d = head_dim or plan.head_dim or plan.d_tile
-    et = _TORCH[plan.dtype]
+    et = TORCH_TYPES[plan.dtype]
     q = torch.zeros(batch, seqlen_q, heads_q, d, dtype=et)
     k = torch.zeros(batch, seqlen_k, heads_kv, d, dtype=et)
     v = torch.zeros(batch, seqlen_k, heads_kv, d, dtype=et)
     o = torch.empty_like(q)
-    bias_t = _TORCH["f32" if plan.bias == "f32" else plan.dtype]
+    bias_t = TORCH_TYPES["f32" if plan.bias == "f32" else plan.dtype]
     # bias [1, Hq, Sq, Sk] broadcast over the batch (stride 0)
     bias = torch.zeros(1, heads_q, seqlen_q, seqlen_k, dtype=bias_t).expand(batch, -1, -1, -1)
 

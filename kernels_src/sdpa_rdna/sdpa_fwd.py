@@ -6,10 +6,9 @@ barriers and then consumed; see sdpa_core.py for the algorithm and SOURCE.md for
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
-from flydsl.runtime.device import get_rocm_arch
+from common.arch import target_arch
 from sdpa_rdna.sdpa_core import build, trace_args
 from sdpa_rdna.spec import OP_ARCHES, check_row_for, make_plan
 
@@ -18,8 +17,8 @@ SYMBOL = "sdpa_rdna_fwd_0"
 
 
 def target_generation(op: str) -> str:
-    """gfx11 or gfx12 for the arch being compiled for (the same resolution FlyDSL's backend uses)."""
-    arch = (os.environ.get("FLYDSL_GPU_ARCH") or get_rocm_arch() or "").lower()
+    """gfx11 or gfx12 for the arch being compiled for (common/arch.py)."""
+    arch = target_arch()
     for gen in OP_ARCHES[op]:
         if arch.startswith(gen):
             return gen

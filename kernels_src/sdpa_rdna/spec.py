@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common.knobs import check_choice, check_int, check_keys
+
 DTYPES: tuple[str, ...] = ("bf16", "f16")
 MASKS: tuple[str, ...] = ("none", "causal")
 BIASES: tuple[str, ...] = ("none", "qdtype", "f32")
@@ -116,33 +118,18 @@ def make_plan(op: str, arch: str, knobs: dict) -> Plan:
     return Plan(**common, waves=8, block_n=32 if d_tile <= 128 else 16, q_in_lds=False, stages=2)
 
 
-def _check_int(name: str, value: object, accepted: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"knob {name}={value!r} must be an int; accepted: {accepted}")
-    return value
-
-
 def check_row_for(op: str, knobs: dict) -> None:
     """Raise ValueError if op `op` cannot serve this knob row."""
-    if not isinstance(knobs, dict):
-        raise ValueError(f"knobs must be a dict with keys {list(KNOBS)}; got {type(knobs).__name__}")
-    missing = [k for k in KNOBS if k not in knobs]
-    if missing:
-        raise ValueError(f"knobs missing {missing}; {op} needs {list(KNOBS)}")
-    extra = sorted(set(knobs) - set(KNOBS))
-    if extra:
-        raise ValueError(f"unknown knobs {extra}; {op} accepts {list(KNOBS)}")
-    if knobs["dtype"] not in DTYPES:
-        raise ValueError(f"knob dtype={knobs['dtype']!r} not supported; accepted: {list(DTYPES)}")
-    if knobs["mask"] not in MASKS:
-        raise ValueError(f"knob mask={knobs['mask']!r} not supported; accepted: {list(MASKS)}")
+    check_keys(op, knobs, KNOBS)
+    check_choice("dtype", knobs["dtype"], DTYPES)
+    check_choice("mask", knobs["mask"], MASKS)
     if knobs["bias"] not in BIASES:
         raise ValueError(f"knob bias={knobs['bias']!r} not supported; accepted: {list(BIASES)} "
                          "(qdtype = the bias has the Q/K/V dtype)")
     tiers = GENERIC_TIERS[op]
     baked = f"a multiple of {BAKED_QUANTUM} from {BAKED_QUANTUM} to {MAX_HEAD_DIM}"
-    head_dim = _check_int("head_dim", knobs["head_dim"], f"0 (generic tier) or {baked}")
-    d_max = _check_int("head_dim_max", knobs["head_dim_max"], f"0 with a baked head_dim, else one of {list(tiers)}")
+    head_dim = check_int("head_dim", knobs["head_dim"], f"0 (generic tier) or {baked}")
+    d_max = check_int("head_dim_max", knobs["head_dim_max"], f"0 with a baked head_dim, else one of {list(tiers)}")
     if head_dim == 0:
         if d_max not in tiers:
             raise ValueError(f"knob head_dim_max={d_max} (generic tier bound) not offered by {op}; "
