@@ -9,6 +9,7 @@ tree can be one this farm did not build (e.g. fetched with `farm pull`).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from farm.assure.elfdiff import compare, summary, to_json
 from farm.core.atomic import write_text_atomic
@@ -27,6 +28,8 @@ from farm.store import manifest
 from farm.store.lock import command_line, lock_wait, tree_lock
 from farm.table.config import AUDIT_VARIATIONS, FarmConfig
 from farm.table.rows import Row
+
+log = logging.getLogger(__name__)
 
 VARIATIONS = AUDIT_VARIATIONS  # validated at config load (farm.table.config)
 
@@ -171,7 +174,7 @@ def _manifest_diff(a: Path, b: Path) -> list[str]:
     return diffs
 
 
-def audit(cfg: FarmConfig, rows: list[Row], every: list[Row], overrides: list[str], log: Any = sys.stdout) -> int:
+def audit(cfg: FarmConfig, rows: list[Row], every: list[Row], overrides: list[str], out: TextIO = sys.stdout) -> int:
     """Returns the process exit code: 0 only when every object and manifest is identical."""
     started = time.monotonic()
     settings = cfg.extra.get("audit") or {}
@@ -191,11 +194,11 @@ def audit(cfg: FarmConfig, rows: list[Row], every: list[Row], overrides: list[st
                    # workers keep the conditions they started with).
                    "++executor.standing=false", *extra]
         varied = ", ".join(n for n in VARIATIONS if vary[n]) or "nothing"
-        print(f"audit: rebuilding {len(rows)} rows with varied {varied}", file=log)
+        log.info("audit: rebuilding %d rows with varied %s", len(rows), varied)
         proc = subprocess.run(command, cwd=cwd or cfg.root, env=env, capture_output=True, text=True,
                               preexec_fn=(lambda: os.umask(umask)) if umask is not None else None)
         if proc.returncode == 2:  # the rebuild refused (toolchain, config): nothing to compare
-            print(proc.stderr.strip(), file=log)
+            log.error(proc.stderr.strip())
             return 2
         rebuild_report = scratch / "reports" / "latest-build.json"
         failures = _rebuild_failures(rebuild_report)
@@ -210,7 +213,7 @@ def audit(cfg: FarmConfig, rows: list[Row], every: list[Row], overrides: list[st
             manifests = _compare_manifests(cfg, cfg.outputs_dir, rebuilt, rows, every)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return _report(cfg, objects, manifests, vary, conditions, time.monotonic() - started, log)
+    return _report(cfg, objects, manifests, vary, conditions, time.monotonic() - started, out)
 
 
 def _rebuild_failures(report: Path) -> dict[str, str]:
@@ -221,14 +224,14 @@ def _rebuild_failures(report: Path) -> dict[str, str]:
 
 
 def _report(cfg: FarmConfig, objects: list[dict], manifests: list[dict], vary: dict[str, bool],
-            conditions: dict[str, Any] | None, seconds: float, log: Any) -> int:
+            conditions: dict[str, Any] | None, seconds: float, out: TextIO) -> int:
     same = [o for o in objects if o["status"] == "identical"]
     other = [o for o in objects if o["status"] != "identical"]
     bad_manifests = [m for m in manifests if m["status"] != "identical"]
     for o in other:
-        print(f"DIFFERS {o['key']}: {o['status']}: {o.get('reason', '')}", file=log)
+        print(f"DIFFERS {o['key']}: {o['status']}: {o.get('reason', '')}", file=out)
     for m in bad_manifests:
-        print(f"DIFFERS {m['path']}: {m['status']}: {m.get('reason', '')}", file=log)
+        print(f"DIFFERS {m['path']}: {m['status']}: {m.get('reason', '')}", file=out)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     report = {"finished_utc": stamp, "seconds": round(seconds, 3), "variations": vary,
               "rebuild_conditions": conditions,
@@ -240,5 +243,5 @@ def _report(cfg: FarmConfig, objects: list[dict], manifests: list[dict], vary: d
     write_text_atomic(cfg.report_dir / "latest-audit.json", canonical_json(report))
     print(f"audit: {len(same)} identical, {len(other)} differ; manifests: "
           f"{len(manifests) - len(bad_manifests)} identical, {len(bad_manifests)} differ "
-          f"in {seconds:.1f} s; report: {path}", file=log)
+          f"in {seconds:.1f} s; report: {path}", file=out)
     return 0 if not other and not bad_manifests else 1
