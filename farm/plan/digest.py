@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -26,11 +27,13 @@ from typing import Any
 from farm.contract import FARM_DIR, CompileResult, farm_rel
 from farm.core.canonical import digest_of, sha256_file
 from farm.plan.sources import Tree, lookup_state, path_ok
+from farm.store.manifest import Hashes, Inputs, RecordedInputs
 from farm.table.config import FarmConfig
 from farm.table.rows import Row
 
 # Keys of a row's inputs that only the driver's verification decides (no compile needed when they change).
 VERIFY_KEYS = ("verifier",)
+
 
 
 def generator_digest() -> str:
@@ -45,9 +48,10 @@ def farm_path_ok(rel: object) -> bool:
     return path_ok(rel) and str(rel).endswith(".py")
 
 
-def farm_hashes(rels: Any) -> dict[str, str | None]:
-    """Current SHA256 of each recorded farm file (None when it is gone or its name is not a farm file)."""
-    out: dict[str, str | None] = {}
+def farm_hashes(rels: object) -> Hashes:
+    """Current SHA256 of each recorded farm file (None when it is gone or its name is not a farm file).
+    `rels` is recorded data: anything but a dict of names gives {}."""
+    out: Hashes = {}
     for rel in sorted(rels) if isinstance(rels, dict) else []:
         path = FARM_DIR / rel if farm_path_ok(rel) else None
         out[rel] = sha256_file(path) if path is not None and path.is_file() else None
@@ -81,9 +85,9 @@ class CodeRecorder:
         return {rel: hashlib.sha256((FARM_DIR / rel).read_bytes()).hexdigest() for rel in sorted(rels)}
 
 
-def source_hashes(kernels_dir: Path, rels: list[str] | dict[str, Any]) -> dict[str, str | None]:
+def source_hashes(kernels_dir: Path, rels: Mapping[str, object]) -> Hashes:
     """Current SHA256 of each recorded source file (None when it no longer exists)."""
-    out: dict[str, str | None] = {}
+    out: Hashes = {}
     for rel in sorted(rels):
         # A recorded name is data: one that is not a plain relative path inside kernels_src/ is never opened.
         path = kernels_dir / rel if source_path_ok(rel) else None
@@ -98,9 +102,10 @@ source_path_ok = path_ok
 class CompileRecord:
     """What the compile of a row consulted and ran (the compile-side part of its inputs)."""
 
-    sources: dict[str, Any]
-    lookups: dict[str, Any]
-    generator: dict[str, Any]
+    # From a worker's result these are its own record; from a manifest entry, recorded data (checked where used).
+    sources: Hashes
+    lookups: dict[str, list[str]]
+    generator: Hashes
 
     @classmethod
     def of_result(cls, result: CompileResult, tree: Tree) -> CompileRecord:
@@ -109,13 +114,14 @@ class CompileRecord:
         return cls(dict(result.sources), lookups, dict(result.generator))
 
     @classmethod
-    def of_entry(cls, inputs: dict[str, Any]) -> CompileRecord:
-        """As recorded in a manifest entry (a re-verify keeps it)."""
-        return cls(*(inputs.get(key) if isinstance(inputs.get(key), dict) else {}
-                     for key in ("sources", "lookups", "generator")))
+    def of_entry(cls, inputs: RecordedInputs) -> CompileRecord:
+        """As recorded in a manifest entry (a re-verify keeps it); a field that is not a JSON object is {}."""
+        sources, lookups, generator = (_object(inputs.get(key)) for key in ("sources", "lookups", "generator"))
+        # Recorded data: `decide` re-derived these before a re-verify, and `build` re-checks the generator.
+        return cls(sources, lookups, generator)  # type: ignore[arg-type]
 
     @classmethod
-    def current(cls, kernels_dir: Path, tree: Tree, inputs: dict[str, Any]) -> CompileRecord:
+    def current(cls, kernels_dir: Path, tree: Tree, inputs: RecordedInputs) -> CompileRecord:
         """The recorded files and lookups, evaluated against kernels_src/ and the farm code as they are now."""
         recorded = cls.of_entry(inputs)
         return cls(source_hashes(kernels_dir, recorded.sources),
@@ -123,7 +129,12 @@ class CompileRecord:
                    farm_hashes(recorded.generator))
 
 
-def inputs_of(cfg: FarmConfig, row: Row, compiled: CompileRecord, verifier: dict[str, Any]) -> dict[str, Any]:
+def _object(value: object) -> dict[str, object]:
+    """A recorded field that should be a JSON object; {} when it is anything else."""
+    return value if isinstance(value, dict) else {}
+
+
+def inputs_of(cfg: FarmConfig, row: Row, compiled: CompileRecord, verifier: Hashes) -> Inputs:
     """The recorded inputs of a row: knobs, op and target identity, farm code, sources, lookups, toolchain."""
     return {
         "knobs": row.knobs,
@@ -138,11 +149,10 @@ def inputs_of(cfg: FarmConfig, row: Row, compiled: CompileRecord, verifier: dict
     }
 
 
-def current_inputs(cfg: FarmConfig, row: Row, tree: Tree, recorded: dict[str, Any]) -> dict[str, Any]:
+def current_inputs(cfg: FarmConfig, row: Row, tree: Tree, recorded: RecordedInputs) -> Inputs:
     """What the row's recorded inputs are today (same files, same lookups, today's contents)."""
-    verifier = recorded.get("verifier")
     return inputs_of(cfg, row, CompileRecord.current(cfg.kernels_dir, tree, recorded),
-                     farm_hashes(verifier) if isinstance(verifier, dict) else {})
+                     farm_hashes(recorded.get("verifier")))
 
 
 @dataclass(frozen=True)
@@ -155,7 +165,7 @@ class InputChange:
         return self.key in VERIFY_KEYS
 
 
-def input_changes(recorded: dict[str, Any], current: dict[str, Any]) -> list[InputChange]:
+def input_changes(recorded: RecordedInputs, current: Inputs | RecordedInputs) -> list[InputChange]:
     """Everything that differs between two input records, most specific first."""
     changes = _file_changes(recorded, current, "sources", "source kernels_src/")
     changes += _lookup_changes(recorded.get("lookups"), current.get("lookups"))
@@ -171,12 +181,13 @@ def input_changes(recorded: dict[str, Any], current: dict[str, Any]) -> list[Inp
     return changes
 
 
-def changed_inputs(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+def changed_inputs(recorded: RecordedInputs, current: Inputs | RecordedInputs) -> list[str]:
     """Name what differs between two input records, most specific first."""
     return [c.reason for c in input_changes(recorded, current)]
 
 
-def _file_changes(recorded: dict[str, Any], current: dict[str, Any], key: str, label: str) -> list[InputChange]:
+def _file_changes(recorded: RecordedInputs, current: Inputs | RecordedInputs, key: str,
+                  label: str) -> list[InputChange]:
     was, now = recorded.get(key), current.get(key)
     if not isinstance(was, dict) or not isinstance(now, dict):
         return []
@@ -184,7 +195,7 @@ def _file_changes(recorded: dict[str, Any], current: dict[str, Any], key: str, l
             for rel in sorted(set(was) | set(now)) if was.get(rel) != now.get(rel)]
 
 
-def _lookup_changes(was: Any, now: Any) -> list[InputChange]:
+def _lookup_changes(was: object, now: object) -> list[InputChange]:
     """One change per lookup whose outcome differs, naming each path created or removed there."""
     if not isinstance(was, dict) or not isinstance(now, dict):
         return []

@@ -7,25 +7,89 @@ so rebuilding from the same inputs gives the same bytes, and `farm check` can re
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from farm.core.canonical import canonical_json, digest_of
 from farm.core.errors import FarmError
 from farm.store.outtree import MANIFEST, OBJECT_SUFFIX, PROVENANCE, OutputDir, object_name_problem
 from farm.store.vendored import vendored_sources
 from farm.table.config import FarmConfig
+from farm.table.rows import RowJson
 
 SCHEMA = 2  # 2: instruction classes per object and per kernel
+
+
+# {relative path: SHA256}; None where a recorded file is gone (only in inputs re-derived today).
+Hashes = dict[str, str | None]
+
+
+class Inputs(TypedDict):
+    """A row's inputs as the farm records them (entry `inputs`, digested into `input_digest`); computed by
+    farm/plan/digest.py `inputs_of`, defined here with the rest of the manifest's format (store sits below plan).
+    The JSON keys are these names; canonical JSON sorts them, so this order is not the file's order."""
+
+    knobs: dict[str, Any]  # the row's knobs, whatever the op's spec module accepts
+    allow: dict[str, bool]
+    op: str  # digest of the op's compile identity
+    target: str  # digest of the target's config
+    generator: Hashes  # farm files the compile ran
+    verifier: Hashes  # farm files the driver's verification ran
+    sources: Hashes  # kernels_src/ files the compile read
+    lookups: dict[str, list[str]]  # lookup -> what it found
+    toolchain: str  # digest of the toolchain pin
+
+
+# Inputs as read back from a manifest on disk: data, so every field is checked where it is used.
+RecordedInputs = Mapping[str, object]
+
+
+class Described(TypedDict):
+    """What an object's own bytes say about it (farm/accept/verify.py `describe`)."""
+
+    code_object: dict[str, object]  # target, e_flags, machine, linker, instruction classes
+    kernels: list[dict[str, object]]  # one record per kernel, sorted by name
+
+
+class Entry(Described):
+    """One `objects[]` entry of manifest.json, as the farm writes it (canonical JSON sorts the keys)."""
+
+    file: str  # <name>.hsaco in the same directory
+    sha256: str
+    size: int
+    name: str
+    group: str
+    knobs: dict[str, Any]  # the row's knobs, whatever the op's spec module accepts
+    allow: dict[str, bool]
+    input_digest: str  # digest_of(inputs)
+    inputs: Inputs
+
+
+# Read back from disk, a manifest and its entries are data: parse checks only that there is an objects list of
+# JSON objects with a `file`, `entry_problems` that each file is a name the farm gives; every other field is
+# checked where it is used (a malformed one is named by `farm check` and rebuilt by `farm build`).
+RecordedManifest = Mapping[str, object]
+RecordedEntry = Mapping[str, object]
+
+
+class Manifest(TypedDict):
+    """manifest.json as the farm writes it."""
+
+    schema: int
+    op: str
+    target: dict[str, Any]  # the target's config
+    toolchain: dict[str, Any]  # the toolchain pin
+    objects: list[Entry | RecordedEntry]  # sorted by file; entries of untouched rows as they were read
 
 
 def directory(cfg: FarmConfig, op: str, target: str) -> Path:
     return cfg.outputs_dir / op / target
 
 
-def object_entry(row_json: dict[str, Any], file: str, sha256: str, size: int, inputs: dict[str, Any],
-                 described: dict[str, Any]) -> dict[str, Any]:
+def object_entry(row_json: RowJson, file: str, sha256: str, size: int, inputs: Inputs,
+                 described: Described) -> Entry:
     return {
         "file": file,
         "sha256": sha256,
@@ -36,25 +100,29 @@ def object_entry(row_json: dict[str, Any], file: str, sha256: str, size: int, in
         "allow": row_json["allow"],
         "input_digest": digest_of(inputs),
         "inputs": inputs,
-        **described,
+        "code_object": described["code_object"],
+        "kernels": described["kernels"],
     }
 
 
-def render(cfg: FarmConfig, op: str, target: str, entries: dict[str, dict[str, Any]]) -> str:
-    return canonical_json({
+def render(cfg: FarmConfig, op: str, target: str, entries: Mapping[str, Entry | RecordedEntry]) -> str:
+    """The manifest's bytes. `entries` may hold recorded entries of rows this build did not touch: they are
+    written back as they were read."""
+    doc: Manifest = {
         "schema": SCHEMA,
         "op": op,
         "target": cfg.targets[target].as_dict(),
         "toolchain": cfg.toolchain_pin,
         "objects": [entries[f] for f in sorted(entries)],
-    })
+    }
+    return canonical_json(doc)
 
 
 class ManifestUnreadable(FarmError):
     pass
 
 
-def parse(text: str | bytes, where: Path) -> dict[str, Any]:
+def parse(text: str | bytes, where: Path) -> dict[str, object]:
     """A manifest's structure; ManifestUnreadable when it is not a manifest at all."""
     try:
         data = json.loads(text)
@@ -69,18 +137,24 @@ def parse(text: str | bytes, where: Path) -> dict[str, Any]:
     return data
 
 
-def load(path: Path) -> dict[str, Any] | None:
+def load(path: Path) -> dict[str, object] | None:
     """The parsed manifest at `path` (for comparing two trees), None when absent."""
     if not path.is_file():
         return None
     return parse(path.read_bytes(), path)
 
 
-def entry_problems(data: dict[str, Any], where: Path) -> list[str]:
+def _objects(data: RecordedManifest) -> list[RecordedEntry]:
+    """The entries of a parsed manifest (`parse` made sure they are JSON objects)."""
+    objects = data.get("objects")
+    return [e for e in objects if isinstance(e, dict)] if isinstance(objects, list) else []
+
+
+def entry_problems(data: RecordedManifest, where: Path) -> list[str]:
     """One line per entry whose `file` is not a name the farm gives an object (a path, `..`, not a
     string, not its own `name` + .hsaco, a duplicate). Such an entry is data the farm never acts on."""
     problems, seen = [], set()
-    for i, entry in enumerate(data["objects"]):
+    for i, entry in enumerate(_objects(data)):
         file = entry.get("file")
         problem = object_name_problem(file)
         if problem is None and file != f"{entry.get('name')}{OBJECT_SUFFIX}":
@@ -94,21 +168,21 @@ def entry_problems(data: dict[str, Any], where: Path) -> list[str]:
     return problems
 
 
-def entries_of(data: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+def entries_of(data: RecordedManifest | None) -> dict[str, RecordedEntry]:
     """The entries keyed by file name, only those whose name is valid (see `entry_problems`)."""
     if data is None:
         return {}
-    return {e["file"]: e for e in data["objects"] if object_name_problem(e.get("file")) is None
-            and e["file"] == f"{e.get('name')}{OBJECT_SUFFIX}"}
+    return {e["file"]: e for e in _objects(data) if isinstance(e.get("file"), str)
+            and object_name_problem(e["file"]) is None and e["file"] == f"{e.get('name')}{OBJECT_SUFFIX}"}
 
 
 @dataclass(frozen=True)
 class Listing:
     """A directory's manifest as read: its data (None when absent), the valid entries, and the bad ones."""
 
-    data: dict[str, Any] | None
+    data: dict[str, object] | None
     text: bytes | None
-    entries: dict[str, dict[str, Any]]
+    entries: dict[str, RecordedEntry]
     bad: list[str]
 
 
@@ -127,11 +201,11 @@ def read(out: OutputDir) -> Listing:
     return Listing(data, text, entries_of(data), entry_problems(data, where))
 
 
-def render_source_md(cfg: FarmConfig, op: str, target: str, entries: dict[str, dict[str, Any]]) -> str:
+def render_source_md(cfg: FarmConfig, op: str, target: str, entries: Mapping[str, Entry | RecordedEntry]) -> str:
     """Provenance of a directory: which sources, which toolchain, how to rebuild it."""
     sources: dict[str, str] = {}
     for entry in entries.values():
-        sources.update(entry.get("inputs", {}).get("sources", {}))
+        sources.update(_recorded_sources(entry))
     family = cfg.ops[op].family if op in cfg.ops else op
     pin = cfg.toolchain_pin
     lines = [
@@ -165,6 +239,13 @@ def render_source_md(cfg: FarmConfig, op: str, target: str, entries: dict[str, d
     return "\n".join(lines)
 
 
+def _recorded_sources(entry: Entry | RecordedEntry) -> dict[str, str]:
+    """An entry's `inputs.sources`; {} when a recorded entry has none or a malformed one (`farm check` names it)."""
+    inputs = entry.get("inputs")
+    sources = inputs.get("sources") if isinstance(inputs, dict) else None
+    return sources if isinstance(sources, dict) else {}
+
+
 def _vendored_section(cfg: FarmConfig, sources: dict[str, str]) -> list[str]:
     """The recorded sources that were vendored from upstream projects (none: no section, same bytes as before)."""
     vendored = vendored_sources(cfg.kernels_dir, sources)
@@ -181,7 +262,7 @@ def _vendored_section(cfg: FarmConfig, sources: dict[str, str]) -> list[str]:
 
 
 def write_directory(cfg: FarmConfig, out: OutputDir, op: str, target: str,
-                    entries: dict[str, dict[str, Any]]) -> None:
+                    entries: Mapping[str, Entry | RecordedEntry]) -> None:
     """Write manifest.json then SOURCE.md, each atomically, inside the opened directory."""
     out.write_atomic(MANIFEST, render(cfg, op, target, entries).encode())
     out.write_atomic(PROVENANCE, render_source_md(cfg, op, target, entries).encode())
