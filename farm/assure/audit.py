@@ -18,7 +18,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO, TypedDict
 
 from farm.assure.elfdiff import compare, summary, to_json
 from farm.core.atomic import write_text_atomic
@@ -92,7 +92,17 @@ def _passthrough(overrides: list[str]) -> list[str]:
     return [o for o in overrides if not o.lstrip("+~").startswith(mine)]
 
 
-def _json_diff(a: Any, b: Any, path: str = "") -> list[str]:
+class Comparison(TypedDict, total=False):
+    """One compared file in an audit report: `objects[]` name it by row `key`, `manifests[]` by `path`."""
+
+    key: str
+    path: str  # op/target/name, with #file for one entry of a sampled manifest
+    status: str  # identical | differs | missing | rebuild-failed
+    reason: str  # the first difference, or why there is nothing to compare
+    details: object  # every difference: elfdiff's JSON for objects, 'path: a vs b' lines for manifests
+
+
+def _json_diff(a: object, b: object, path: str = "") -> list[str]:
     """Leaf-level differences between two JSON values, as 'path: a vs b'."""
     if isinstance(a, dict) and isinstance(b, dict):
         out = []
@@ -104,7 +114,7 @@ def _json_diff(a: Any, b: Any, path: str = "") -> list[str]:
     return [] if a == b else [f"{path}: {json.dumps(a)} vs {json.dumps(b)}"]
 
 
-def _compare_object(shipped: Path, rebuilt: Path, failure: str | None) -> dict[str, Any]:
+def _compare_object(shipped: Path, rebuilt: Path, failure: str | None) -> Comparison:
     if not shipped.is_file():
         return {"status": "missing", "reason": f"{shipped} is not in the audited tree"}
     if not rebuilt.is_file():
@@ -117,8 +127,8 @@ def _compare_object(shipped: Path, rebuilt: Path, failure: str | None) -> dict[s
 
 
 def _compare_manifests(cfg: FarmConfig, audited: Path, rebuilt: Path, rows: list[Row],
-                       every: list[Row]) -> list[dict[str, Any]]:
-    results = []
+                       every: list[Row]) -> list[Comparison]:
+    results: list[Comparison] = []
     dirs = sorted({(r.op, r.target) for r in rows})
     for op, target in dirs:
         rel = f"{op}/{target}"
@@ -135,10 +145,11 @@ def _compare_manifests(cfg: FarmConfig, audited: Path, rebuilt: Path, rows: list
             for name in ("manifest.json", "SOURCE.md"):
                 a, b = (audited / rel / name), (rebuilt / rel / name)
                 same = a.is_file() and b.is_file() and a.read_bytes() == b.read_bytes()
-                entry: dict[str, Any] = {"path": f"{rel}/{name}", "status": "identical" if same else "differs"}
+                entry: Comparison = {"path": f"{rel}/{name}", "status": "identical" if same else "differs"}
                 if not same and name == "manifest.json":
-                    entry["details"] = _manifest_diff(a, b)
-                    entry["reason"] = entry["details"][0] if entry["details"] else "formatting differs (bytes only)"
+                    details = _manifest_diff(a, b)
+                    entry["details"] = details
+                    entry["reason"] = details[0] if details else "formatting differs (bytes only)"
                 elif not same:
                     entry["reason"] = "provenance text differs"
                 results.append(entry)
@@ -156,9 +167,11 @@ def _compare_manifests(cfg: FarmConfig, audited: Path, rebuilt: Path, rows: list
             a_e, b_e = a_entries.get(row.file_name), b_entries.get(row.file_name)
             diffs = _json_diff(a_e, b_e) if a_e is not None and b_e is not None else [
                 "entry missing in the audited manifest" if a_e is None else "entry missing in the rebuild"]
-            results.append({"path": f"{rel}/manifest.json#{row.file_name}",
-                            "status": "identical" if not diffs else "differs",
-                            **({"reason": diffs[0], "details": diffs} if diffs else {})})
+            sampled: Comparison = {"path": f"{rel}/manifest.json#{row.file_name}",
+                                   "status": "identical" if not diffs else "differs"}
+            if diffs:
+                sampled |= {"reason": diffs[0], "details": diffs}
+            results.append(sampled)
     return results
 
 
@@ -203,13 +216,13 @@ def audit(cfg: FarmConfig, rows: list[Row], every: list[Row], overrides: list[st
         rebuild_report = scratch / "reports" / "latest-build.json"
         failures = _rebuild_failures(rebuild_report)
         conditions = json.loads(rebuild_report.read_text()).get("conditions") if rebuild_report.is_file() else None
-        objects = []
+        objects: list[Comparison] = []
         # Shared hold on the audited tree: a build writing it now would make the comparison meaningless.
         with tree_lock(cfg.outputs_dir, command_line(), shared=True, wait_s=lock_wait(cfg)):
             for row in rows:
                 result = _compare_object(cfg.outputs_dir / row.relpath(), rebuilt / row.relpath(),
                                          failures.get(row.key))
-                objects.append({"key": row.key, **result})
+                objects.append(result | {"key": row.key})
             manifests = _compare_manifests(cfg, cfg.outputs_dir, rebuilt, rows, every)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -223,8 +236,9 @@ def _rebuild_failures(report: Path) -> dict[str, str]:
     return {r["key"]: r.get("refused") or r.get("error") or "failed" for r in data.get("rows", []) if not r["written"]}
 
 
-def _report(cfg: FarmConfig, objects: list[dict], manifests: list[dict], vary: dict[str, bool],
-            conditions: dict[str, Any] | None, seconds: float, out: TextIO) -> int:
+def _report(cfg: FarmConfig, objects: list[Comparison], manifests: list[Comparison], vary: dict[str, bool],
+            conditions: object, seconds: float, out: TextIO) -> int:
+    """`conditions`: the rebuild's, from its build report (farm/store/report.py Conditions), passed through."""
     same = [o for o in objects if o["status"] == "identical"]
     other = [o for o in objects if o["status"] != "identical"]
     bad_manifests = [m for m in manifests if m["status"] != "identical"]

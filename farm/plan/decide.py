@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
 from farm.core.canonical import sha256_bytes
 from farm.plan.digest import current_inputs, input_changes
 from farm.plan.sources import Tree, shipped_names
 from farm.store import manifest
+from farm.store.manifest import RecordedEntry
 from farm.store.outtree import OutputDir
 from farm.table.config import FarmConfig
 from farm.table.rows import Row
@@ -42,7 +42,7 @@ class DirectoryState:
     """What one outputs/<op>/<target>/ holds, read safely: the manifest's valid entries, the SHA256 of each
     regular file there, and why the whole directory must rebuild (an unreadable or hostile manifest)."""
 
-    entries: dict[str, dict[str, Any]]
+    entries: dict[str, RecordedEntry]  # read from disk: data, each field checked where it is used
     sha256: dict[str, str]
     kinds: dict[str, str]
     broken: str | None
@@ -94,7 +94,7 @@ def decide(cfg: FarmConfig, rows: list[Row]) -> list[Decision]:
     return decisions
 
 
-def _by_inputs(cfg: FarmConfig, row: Row, recorded: Any, tree: Tree) -> Decision:
+def _by_inputs(cfg: FarmConfig, row: Row, recorded: object, tree: Tree) -> Decision:
     """Up to date, re-verify (only verification code changed) or inputs-changed, with every change named."""
     recorded = recorded if isinstance(recorded, dict) else {}
     changes = input_changes(recorded, current_inputs(cfg, row, tree, recorded))

@@ -12,20 +12,81 @@ import logging
 import os
 import shutil
 import subprocess
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from farm.core.atomic import write_text_atomic
 from farm.core.canonical import canonical_json, sha256_bytes
 from farm.core.errors import FarmError
 from farm.store.lock import command_line
-from farm.store.trace import chrome_trace
+from farm.store.trace import TimedRow, chrome_trace
 from farm.table.config import FarmConfig
 
 DEFAULT_KEEP = 20
 
 log = logging.getLogger(__name__)
+
+
+class ReportRow(TimedRow, total=False):
+    """One row of a build report. A compiled row has every field of the worker's result the report keeps
+    (farm/contract.py REPORT_FIELDS) plus `written` and `refused`; a re-verified row has key, ok, reverified,
+    written and refused."""
+
+    seconds: float | None
+    warmup_seconds: float | None
+    worker: str | None  # "node pid P"
+    toolchain: dict[str, Any] | None  # the worker's toolchain fingerprint
+    stderr: str
+    written: bool  # its object was written (or, re-verified, its entry re-recorded)
+    refused: str | None  # why it was not accepted
+    reverified: bool
+
+
+class Conditions(TypedDict):
+    """The driver's conditions during a build (an audit rebuilds under varied ones and proves they did not
+    matter)."""
+
+    cwd: str
+    tmpdir: str
+    home: str | None
+    lang: str | None
+    tz: str | None
+    umask: str  # octal, 4 digits
+    hash_seed: str | None  # PYTHONHASHSEED
+    row_order: str | None
+    workers: int | None
+    env_noise: list[str]  # which of the variables an audit sets were set
+
+
+class OriginFields(TypedDict):
+    """`Origin` as report fields."""
+
+    command: str
+    outputs_dir: str
+    git_commit: str | None
+    git_dirty: bool | None
+
+
+class StartedReport(OriginFields):
+    """What a build report holds from the start."""
+
+    started_utc: str
+    rows: list[ReportRow]
+    pruned: list[str]  # op/target/file removed because no row makes it any more
+    conditions: Conditions
+
+
+class BuildReport(StartedReport, total=False):
+    """A build report (canonical JSON: keys sorted). The counts are set when the build ends; a build stopped
+    by a write error (disk full) has `error` instead."""
+
+    error: str
+    seconds: float
+    built: int
+    reverified: int
+    failed: int
+    up_to_date: int
 
 
 @dataclass(frozen=True)
@@ -55,8 +116,10 @@ def origin(cfg: FarmConfig) -> Origin:
                   git_dirty=bool(status.strip()) if status is not None else None)
 
 
-def origin_fields(cfg: FarmConfig) -> dict[str, Any]:
-    return asdict(origin(cfg))
+def origin_fields(cfg: FarmConfig) -> OriginFields:
+    found = origin(cfg)
+    return {"command": found.command, "outputs_dir": found.outputs_dir, "git_commit": found.git_commit,
+            "git_dirty": found.git_dirty}
 
 
 def tree_tag(cfg: FarmConfig) -> str:
@@ -72,7 +135,7 @@ def keep_count(cfg: FarmConfig) -> int:
     return value
 
 
-def write_build_report(cfg: FarmConfig, report: dict[str, Any]) -> Path | str:
+def write_build_report(cfg: FarmConfig, report: BuildReport) -> Path | str:
     """Write the report and its timeline, then drop this tree's oldest beyond `report_keep`. The name carries
     the time to the microsecond and the pid: two builds never write the same report. A report that cannot be
     written (disk full) is said in one line; it never hides the build's own result."""

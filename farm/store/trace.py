@@ -6,14 +6,50 @@ spanning its task on that worker, from the wall-clock times the worker reported.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TypedDict
 
 
-def chrome_trace(rows: list[dict[str, Any]]) -> dict[str, Any]:
+class TimedRow(TypedDict, total=False):
+    """The fields of a build report row the timeline reads (farm/store/report.py `ReportRow` has them all).
+    A row that never ran on a worker (a re-verify) has no times and no lane."""
+
+    key: str  # op/target/name
+    ok: bool
+    node: str | None
+    pid: int | None  # the worker process: the row's lane
+    started_unix: float | None
+    finished_unix: float | None
+    compile_seconds: float | None
+    max_rss_mib: float | None
+    error: str | None
+    warnings: list[str] | None
+
+
+class TraceEvent(TypedDict, total=False):
+    """One event of the trace: metadata ("M") naming a process or lane, or a complete event ("X")."""
+
+    ph: str
+    name: str
+    cat: str
+    pid: int
+    tid: int
+    ts: int  # microseconds since the build's first start
+    dur: int
+    args: dict[str, object]
+
+
+class Trace(TypedDict):
+    traceEvents: list[TraceEvent]
+    displayTimeUnit: str
+
+
+def chrome_trace(rows: Sequence[TimedRow]) -> Trace:
+    # Only rows with both times are drawn, so indexing them below is safe.
     timed = [r for r in rows if r.get("started_unix") is not None and r.get("finished_unix") is not None]
     origin = min((r["started_unix"] for r in timed), default=0.0)
     nodes = {node: i + 1 for i, node in enumerate(sorted({str(r.get("node")) for r in timed}))}
-    events: list[dict[str, Any]] = []
+    events: list[TraceEvent] = []
     for node, pid in nodes.items():
         events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"node {node}"}})
     lanes: set[tuple[int, int]] = set()
@@ -31,3 +67,4 @@ def chrome_trace(rows: list[dict[str, Any]]) -> dict[str, Any]:
             | {"warnings": len(r.get("warnings") or [])},
         })
     return {"traceEvents": events, "displayTimeUnit": "ms"}
+
