@@ -9,7 +9,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from farm.accept.elfinfo import NotACodeObject, read_code_object
 from farm.accept.verify import describe, problems
@@ -22,9 +22,10 @@ from farm.plan.digest import CodeRecorder, CompileRecord, farm_hashes, farm_path
 from farm.plan.sources import Tree, collect
 from farm.store import manifest
 from farm.store.lock import command_line, lock_wait, tree_lock
+from farm.store.manifest import Entry, RecordedEntry
 from farm.store.outtree import OutputDir
 from farm.store.progress import BuildProgress, worker_slots
-from farm.store.report import origin_fields, write_build_report
+from farm.store.report import BuildReport, Conditions, ReportRow, origin_fields, write_build_report
 from farm.table.config import FarmConfig
 from farm.table.rows import Row
 from farm.toolchain import disasm
@@ -50,7 +51,8 @@ class DirectoryWriter:
     def __init__(self, cfg: FarmConfig) -> None:
         self.cfg = cfg
         self.dirs: dict[tuple[str, str], OutputDir] = {}
-        self.entries: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+        # Per directory, by file: the entries read from its manifest (recorded data), and the new ones.
+        self.entries: dict[tuple[str, str], dict[str, Entry | RecordedEntry]] = {}
         self.unwritten: set[tuple[str, str]] = set()
 
     def __enter__(self) -> DirectoryWriter:
@@ -69,28 +71,28 @@ class DirectoryWriter:
             try:
                 # Entries with a name the farm would never write are dropped here (their rows were planned
                 # as tampered and rebuild); they never reach a file-system call.
-                self.entries[key] = manifest.read(out).entries
+                self.entries[key] = dict(manifest.read(out).entries)
             except manifest.ManifestUnreadable:
                 self.entries[key] = {}  # its rows were planned as tampered and rebuild
         return self.dirs[key]
 
-    def _entries(self, op: str, target: str) -> dict[str, dict[str, Any]]:
+    def _entries(self, op: str, target: str) -> dict[str, Entry | RecordedEntry]:
         self._dir(op, target)
         return self.entries[(op, target)]
 
-    def write_object(self, row: Row, elf: bytes, entry: dict[str, Any]) -> None:
+    def write_object(self, row: Row, elf: bytes, entry: Entry) -> None:
         """Write the object now; its manifest entry reaches disk at the next `flush` (after this batch).
         An object on disk without its entry is rebuilt by the next build, so a kill in between loses nothing."""
         self._dir(row.op, row.target).write_atomic(row.file_name, elf)
         self._entries(row.op, row.target)[row.file_name] = entry
         self.unwritten.add((row.op, row.target))
 
-    def recorded(self, row: Row) -> tuple[dict[str, Any] | None, bytes | None]:
+    def recorded(self, row: Row) -> tuple[Entry | RecordedEntry | None, bytes | None]:
         """The row's current manifest entry and object bytes (read through the directory handle)."""
         entry = self._entries(row.op, row.target).get(row.file_name)
         return entry, self._dir(row.op, row.target).read_bytes(row.file_name)
 
-    def record(self, row: Row, entry: dict[str, Any]) -> None:
+    def record(self, row: Row, entry: Entry) -> None:
         """A new entry for the object already on disk (a re-verify): the object's bytes are not rewritten."""
         self._entries(row.op, row.target)[row.file_name] = entry
         self.unwritten.add((row.op, row.target))
@@ -122,7 +124,7 @@ class DirectoryWriter:
 
 def accept(cfg: FarmConfig, row: Row, result: CompileResult, compiled: CompileRecord,
            functions: dict[str, dict[str, int]] | str,
-           ran: frozenset[str] = frozenset()) -> tuple[dict | None, str | None]:
+           ran: frozenset[str] = frozenset()) -> tuple[Entry | None, str | None]:
     """Check a worker's result; returns (manifest entry, None) or (None, reason it is refused).
     `compiled` is what the compile consulted and ran; `functions` is the object's disassembly counts
     (`disassemble`), or why it could not be read; `ran` the code files that disassembly ran. The entry records
@@ -162,7 +164,7 @@ def _refusal(cfg: FarmConfig, row: Row, result: CompileResult, compiled: Compile
     return "verification failed: " + "; ".join(found) if found else None
 
 
-def _generator_mismatch(generator: dict[str, Any]) -> str | None:
+def _generator_mismatch(generator: dict[str, str | None]) -> str | None:
     """The first farm file the compile ran whose SHA256 is not this checkout's (or why the record is unusable)."""
     if not generator:
         return "it recorded no farm code"
@@ -175,14 +177,14 @@ def _generator_mismatch(generator: dict[str, Any]) -> str | None:
 
 
 def _entry(cfg: FarmConfig, row: Row, elf: bytes, compiled: CompileRecord, functions: dict[str, dict[str, int]],
-           verifier: dict[str, str]) -> dict[str, Any]:
+           verifier: dict[str, str]) -> Entry:
     inputs = inputs_of(cfg, row, compiled, verifier)
     return manifest.object_entry(row.to_json(), row.file_name, sha256_bytes(elf), len(elf), inputs,
                                  describe(read_code_object(elf), functions))
 
 
 def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], tree: Tree, writer: DirectoryWriter,
-             report_rows: list[dict[str, Any]], failures: list[tuple[Row, str, str]], bar: Any,
+             report_rows: list[ReportRow], failures: list[tuple[Row, str, str]], bar: Any,
              heartbeat: Callable[[], None]) -> int:
     """Verify and write results as they arrive, a batch at a time; returns the number written. `tree` is
     the kernel sources this build shipped: the compiles' lookups are answered from it."""
@@ -200,15 +202,19 @@ def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], tree: Tree, write
             else:
                 failures.append((row, refused or "", result.stderr))
                 bar.write(f"FAILED {row.key}: {refused}")
-            report_rows.append(result.report_fields()
-                               | {"written": entry is not None, "refused": refused})
+            report_rows.append(_report_row(result, entry is not None, refused))
             bar.update(1)
         writer.flush()
         heartbeat()
     return built
 
 
-def reverify(cfg: FarmConfig, todo: list[Decision], writer: DirectoryWriter, report_rows: list[dict[str, Any]],
+def _report_row(result: CompileResult, written: bool, refused: str | None) -> ReportRow:
+    """A compiled row of the build report: the fields of the result the report keeps, and what became of it."""
+    return cast(ReportRow, result.report_fields() | {"written": written, "refused": refused})
+
+
+def reverify(cfg: FarmConfig, todo: list[Decision], writer: DirectoryWriter, report_rows: list[ReportRow],
              failures: list[tuple[Row, str, str]]) -> int:
     """Verify the objects on disk again under today's verification code and record their new entries, without
     compiling: only that code changed since they were built (plan status reverify). Returns how many passed."""
@@ -272,7 +278,7 @@ def build_selection(cfg: FarmConfig, rows: list[Row], all_rows: list[Row]) -> in
 def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row]) -> int:
     """Build every decision that needs it; returns the number of failed rows. The caller holds the lock."""
     started = time.monotonic()
-    report: dict[str, Any] = {"started_utc": datetime.now(UTC).isoformat(timespec="microseconds"), "rows": [],
+    report: BuildReport = {"started_utc": datetime.now(UTC).isoformat(timespec="microseconds"), "rows": [],
                               "pruned": [], "conditions": build_conditions(cfg), **origin_fields(cfg)}
     failures: list[tuple[Row, str, str]] = []
     built = reverified = 0
@@ -317,7 +323,7 @@ def _prune(cfg: FarmConfig, writer: DirectoryWriter, decisions: list[Decision], 
     return pruned
 
 
-def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryWriter, report: dict[str, Any],
+def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryWriter, report: BuildReport,
                        failures: list[tuple[Row, str, str]]) -> int:
     """Compile `todo` on Ray and write what verifies; returns the number written."""
     # Imported here, not at the top: Ray takes seconds to import, and a build with nothing to compile
@@ -350,7 +356,7 @@ def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryW
     return built
 
 
-def build_conditions(cfg: FarmConfig) -> dict[str, Any]:
+def build_conditions(cfg: FarmConfig) -> Conditions:
     """The driver's conditions, for the report (an audit proves they did not matter)."""
     umask = os.umask(0)
     os.umask(umask)

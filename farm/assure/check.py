@@ -84,7 +84,7 @@ def _check_opened(cfg: FarmConfig, out: OutputDir, op: str, target: str, rows: l
     return found
 
 
-def _check_object(cfg: FarmConfig, row: Row, entry: dict | None, out: OutputDir, mpath: Path,
+def _check_object(cfg: FarmConfig, row: Row, entry: manifest.RecordedEntry | None, out: OutputDir, mpath: Path,
                   tree: Tree, functions: dict[str, dict[str, int]] | str | None) -> list[str]:
     path = out.path / row.file_name
     if entry is None:
@@ -111,10 +111,10 @@ def _check_object(cfg: FarmConfig, row: Row, entry: dict | None, out: OutputDir,
     for key in ("name", "group", "knobs", "allow"):
         if entry.get(key) != row.to_json()[key]:
             found.append(f"{path}: manifest '{key}' differs from the row in instances/")
-    recorded = entry.get("inputs", {})
-    if digest_of(recorded) != entry.get("input_digest"):
+    inputs = entry.get("inputs", {})
+    if digest_of(inputs) != entry.get("input_digest"):
         found.append(f"{path}: input_digest does not match the recorded inputs (manifest edited)")
-    recorded = recorded if isinstance(recorded, dict) else {}
+    recorded = inputs if isinstance(inputs, dict) else {}
     for change in input_changes(recorded, current_inputs(cfg, row, tree, recorded)):
         note = f" (farm build: {REVERIFY_NOTE})" if change.verify_only else ""
         found.append(f"{path}: input drift: {change.reason} since it was built{note}")
