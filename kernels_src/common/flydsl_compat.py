@@ -1,7 +1,7 @@
 """Every use of a FlyDSL internal (anything under `flydsl._mlir`, or an underscore attribute) by the
 kernels, in one place.  FlyDSL 0.3.4 has no public form for these; each says which public API would
-replace it.  Changing any of them changes the IR, so a replacement must be proven byte-identical on
-every object it reaches (build the rows, compare with the golden digests) before it lands.
+replace it.  A replacement may change the IR, so it must be proven byte-identical on every object it
+reaches (build the rows, compare with the golden digests) before it lands.
 """
 
 from __future__ import annotations
@@ -15,17 +15,13 @@ from flydsl._mlir.dialects import llvm
 # Why each is needed:
 # - LDS by byte address (lds_load, lds_store): the attention kernels compute LDS addresses as i32
 #   byte offsets (swizzled rows, padded pitches) and access them with a stated alignment.  The
-#   public route, fx.Pointer arithmetic plus fx.generic_load / fx.generic_store, takes an element
-#   pointer and emits different address arithmetic, hence different code.
+#   public route, fx.Pointer arithmetic plus fx.generic_load / fx.generic_store, builds element-pointer
+#   arithmetic instead of i32 byte addresses; it has not been tried for byte identity yet.
 # - lds_barrier: fx.gpu.barrier passes `address_spaces` through as an MLIR attribute, and FlyDSL has
 #   no public constructor for `#gpu.address_space<workgroup>`.  A public fx.gpu.barrier(lds_only=...)
 #   flag would replace it.
-# - allocation_address: the i32 LDS address of a raw-bytes SharedAllocator allocation, through the
-#   storage's underlying `_ptr`.  The public path, fx.Int32(fx.ptrtoint(storage.peek().ptr)), is what
-#   sdpa_rdna uses; in sdpa_cdna it gave byte-identical objects for the 6 rows tried (gfx90a, gfx942,
-#   gfx950, both schedules) but is not adopted until all of sdpa_cdna's rows are rebuilt and compared.
-# - ir_value / the i32-vector type helpers: raw ir.Value checks for values that arrive from MLIR
-#   builders (fx.as_ir_value is the public converter).
+# - ir_value: the raw ir.Value check for values that arrive from MLIR builders (fx.as_ir_value is
+#   the public converter; its extra branches have not been proven to emit the same IR).
 
 
 def ir_value(x: Any) -> ir.Value:
@@ -59,8 +55,3 @@ def lds_barrier() -> None:
     """
     lds_space = ir.Attribute.parse("#gpu.address_space<workgroup>")
     fx.gpu.barrier(address_spaces=ir.ArrayAttr.get([lds_space]))
-
-
-def allocation_address(storage: Any) -> fx.Int32:
-    """The LDS byte address (i32) of a SharedAllocator().allocate(nbytes) storage."""
-    return fx.Int32(llvm.ptrtoint(fx.T.i32, fx.to_llvm_ptr(storage._ptr)))

@@ -31,8 +31,8 @@ import flydsl.expr as fx
 import torch
 from common.arch import check_wave, target_arch
 from common.buffers import buffer_rsrc
-from common.flydsl_compat import allocation_address, lds_load, lds_store
 from common.flydsl_compat import ir_value as _v
+from common.flydsl_compat import lds_load, lds_store
 from common.fx_types import FX_TYPES, NULL_STREAM, TORCH_TYPES
 from common.trace import tree
 from flydsl.expr import rocdl
@@ -552,7 +552,7 @@ def _build(plan: Plan, arch: str) -> Callable:
     ):
         check_wave(WAVE, "sdpa_cdna (wave64, CDNA only)")
         lds = fx.SharedAllocator().allocate(lds_bytes, alignment=16)
-        lds_base = allocation_address(lds)
+        lds_base = fx.Int32(fx.ptrtoint(lds.peek().ptr))  # LDS byte address of the allocation
         a = Args(q=q, k=k, v=v, o=o, lse=lse, batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
                  num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, head_dim=head_dim, head_dim_v=head_dim_v,
                  strides={"q_sb": q_sb, "q_sh": q_sh, "k_sb": k_sb, "k_sh": k_sh, "v_sb": v_sb, "v_sh": v_sh,
