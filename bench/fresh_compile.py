@@ -5,17 +5,17 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 from farm.build import compile_request
 from farm.contract import CompileJob, TargetFacts
 from farm.table.config import FarmConfig
 from farm.table.rows import Row
-from farm.toolchain.pin import write_linker_shim
-from farm.worker.isolate import child_environment
+from farm.toolchain.linker import write_linker_shim
+from farm.toolchain.shapes import LinkerPin
+from farm.worker.environment import child_environment
 
 
-def private_env(work: Path, target: TargetFacts, linker: dict[str, Any] | None) -> dict[str, str]:
+def private_env(work: Path, target: TargetFacts, linker: LinkerPin | None) -> dict[str, str]:
     """The environment the farm gives a compile, rooted at `work` (created with its home, tmp and linker shim)."""
     for sub in ("home", "tmp"):
         (work / sub).mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,8 @@ from farm.store.report import BuildReport, Conditions, ReportRow, origin_fields,
 from farm.table.config import FarmConfig
 from farm.table.rows import Row
 from farm.toolchain import disasm
-from farm.toolchain.pin import compile_part, differences, installed, require_pin
+from farm.toolchain.compare import differences, require_pin
+from farm.toolchain.installed import compile_part, installed
 
 STDERR_TAIL_LINES = 40
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from farm.toolchain.pin import pin_text
+from farm.toolchain.pin_file import pin_text
 
 REPO = Path(__file__).resolve().parent.parent
 

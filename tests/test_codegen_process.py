@@ -19,6 +19,7 @@ from farm.plan.sources import collect
 from farm.table import config as config_mod
 from farm.table.expand import fresh_rows
 from farm.worker import binary_step, isolate
+from farm.worker.warm import WarmServer
 
 # The row that varied most often (README, "Reproducibility of LLVM codegen").
 ROW = ("sdpa_rdna", "gfx11-generic", "sdpa_rdna_f16_d128_mask-causal_bias-none")
@@ -41,7 +42,7 @@ def _sha(result: CompileResult) -> str:
 
 def test_warm_compiles_of_the_varying_row_agree_with_a_fresh_process(problem_row: tuple[CompileRequest, dict]) -> None:
     request, sources = problem_row
-    server = isolate.WarmServer()
+    server = WarmServer()
     try:
         fresh = _sha(isolate.compile_isolated(request, sources, 600, None))
         warm = Counter(_sha(isolate.compile_isolated(request, sources, 600, server)) for _ in range(WARM_RUNS))

@@ -124,7 +124,7 @@ def test_missing_linker_is_named_before_compiling(tmp_path: Path) -> None:
 
 def test_dead_zygotes_leave_no_directories(tmp_path: Path) -> None:
     """Ray ends workers by signal, so a zygote's private directory is swept by the next zygote instead."""
-    from farm.worker.isolate import sweep_dead_zygote_homes
+    from farm.worker.warm import sweep_dead_zygote_homes
 
     dead_proc = subprocess.Popen(["true"])  # a pid that has exited and been reaped
     dead_proc.wait()
@@ -182,11 +182,11 @@ def rmsnorm_request() -> Iterator[tuple[CompileRequest, dict[str, bytes], Any]]:
     from farm.plan.sources import collect
     from farm.table import config as config_mod
     from farm.table.expand import fresh_rows
-    from farm.worker import isolate
+    from farm.worker.warm import WarmServer
 
     cfg = config_mod.load(REPO, ["ops=[rmsnorm]", "targets=[gfx942]", "dtypes=[f32]"])
     rows, _ = fresh_rows(cfg)
-    server = isolate.WarmServer()
+    server = WarmServer()
     yield compile_request(cfg, rows[0]), collect(cfg.kernels_dir), server
     server.stop()
 
@@ -195,18 +195,19 @@ def test_lost_linker_shim_is_recreated_and_its_error_named(rmsnorm_request: tupl
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Case 8: a temp cleaner deleting the zygote home's `ld.lld` shim failed every later compile of that
     worker, and the console showed MLIR text instead of the linker's failure."""
-    from farm.worker import isolate
+    from farm.worker import isolate, warm
+    from farm.worker.environment import short_private_dir
 
     request, sources, server = rmsnorm_request
     first = isolate.compile_isolated(request, sources, 120, server)
     assert first.ok, first.error
     zygote = server.zygote
-    assert zygote is not None and zygote.home.parent == isolate.short_private_dir("zygotes")
+    assert zygote is not None and zygote.home.parent == short_private_dir("zygotes")
     shim = zygote.home / "rocm" / "llvm" / "bin" / "ld.lld"
     # Without the recreation (the old code), the linker is missing: the error names lld, not MLIR.
     shim.unlink()
     with monkeypatch.context() as patch:
-        patch.setattr(isolate, "write_linker_shim", lambda rocm, linker=None: rocm)
+        patch.setattr(warm, "write_linker_shim", lambda rocm, linker=None: rocm)
         failed = isolate.compile_isolated(request, sources, 120, server)
     assert not failed.ok and failed.error is not None
     assert failed.error.startswith("compiler process exited with status 1: ")
@@ -224,7 +225,7 @@ def test_lost_linker_shim_is_recreated_and_its_error_named(rmsnorm_request: tupl
 
 
 def test_cause_of_prefers_error_lines_to_mlir_text() -> None:
-    from farm.worker.isolate import cause_of
+    from farm.worker.outcome import cause_of
 
     log = ('Traceback (most recent call last):\n  File "x.py", line 1, in f\n    raise RuntimeError(x)\n'
            "RuntimeError: LLVM codegen (gpu-module-to-binary) failed in its own process (exit 1):\n"

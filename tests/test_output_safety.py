@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import built_copy, last_line, run_farm
 
-from farm.toolchain.pin import installed
+from farm.toolchain.installed import installed
 
 TARGET = "gfx942"
 SEL = f"targets=[{TARGET}]"

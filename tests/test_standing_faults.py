@@ -23,7 +23,7 @@ from conftest import run_farm, small_copy
 from farm.contract import CompileResult
 from farm.execute import executor, local, standing
 from farm.execute import processes as procs
-from farm.worker.isolate import short_private_dir
+from farm.worker.environment import short_private_dir
 
 TARGET = "gfx942"
 ROW = "names=[rmsnorm_f32_infer_generic]"

@@ -15,15 +15,10 @@ import yaml
 from conftest import REPO, copy_project, run_farm, small_copy
 
 from farm.core.errors import FarmError
-from farm.toolchain.pin import (
-    CONTENT_DISTRIBUTIONS,
-    compile_part,
-    differences,
-    distribution_content,
-    installed,
-    pin_text,
-    require_pin,
-)
+from farm.toolchain.compare import differences, require_pin
+from farm.toolchain.distributions import CONTENT_DISTRIBUTIONS, distribution_content
+from farm.toolchain.installed import compile_part, installed
+from farm.toolchain.pin_file import pin_text
 
 LIB = "flydsl/_mlir/_mlir_libs/libFlyPythonCAPI.so"
 FAKE_FILES = {

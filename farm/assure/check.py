@@ -16,7 +16,7 @@ from farm.store.outtree import OutputDir
 from farm.table.config import FarmConfig
 from farm.table.rows import Row
 from farm.toolchain import disasm
-from farm.toolchain.pin import differences, require_pin
+from farm.toolchain.compare import differences, require_pin
 
 DERIVED_FIELDS = ("code_object", "kernels")
 

@@ -14,7 +14,9 @@ from farm.core.errors import FarmError
 from farm.core.private import private_dir
 from farm.store.lock import command_line, lock_wait, tree_lock
 from farm.store.preflight import require_writable, require_writable_dir
-from farm.toolchain.pin import DEFAULT_DISASSEMBLER, differences, installed, pin_text
+from farm.toolchain.compare import differences
+from farm.toolchain.installed import installed
+from farm.toolchain.pin_file import DEFAULT_DISASSEMBLER, pin_text
 
 log = logging.getLogger(__name__)
 

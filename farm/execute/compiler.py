@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import ray
 
 from farm.contract import CompileRequest, CompileResult, Json
-from farm.worker.isolate import WarmServer, compile_isolated
+from farm.worker.isolate import compile_isolated
+from farm.worker.warm import WarmServer
 
 
 def failure(key: str, error: str) -> CompileResult:

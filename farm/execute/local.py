@@ -10,7 +10,7 @@ import ray
 
 from farm.core.errors import FarmError
 from farm.execute import ray_compat
-from farm.worker.isolate import short_private_dir
+from farm.worker.environment import short_private_dir
 
 log = logging.getLogger(__name__)
 

@@ -15,6 +15,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any, TypedDict, Union
 
+from farm.toolchain.shapes import ToolchainPin  # the pin's shape is the toolchain's own
+
 # --------------------------------------------------------------------------------------------------
 # conf/target/<name>.yaml and conf/op/<name>.yaml
 
@@ -90,34 +92,6 @@ class RemoteSettings(TypedDict, total=False):
     region: str | None
     allow_anonymous_reads: bool
     verify: bool
-
-
-class DistributionPin(TypedDict, total=False):
-    version: str | None
-    files: int
-    sha256: str
-    edited: dict[str, str]
-    added: dict[str, str]
-
-
-class LinkerPin(TypedDict, total=False):
-    package: str
-    path: str
-    version: str
-    sha256: str
-
-
-class DisassemblerPin(TypedDict, total=False):
-    path: str
-    version: str
-
-
-class ToolchainPin(TypedDict, total=False):
-    flydsl: str
-    python: str
-    content: dict[str, DistributionPin]
-    linker: LinkerPin
-    disassembler: DisassemblerPin
 
 
 class AuditVary(TypedDict, total=False):

@@ -14,10 +14,10 @@ import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from farm.core.errors import FarmError
 from farm.core.private import private_dir
+from farm.toolchain.shapes import DisassemblerPin
 
 # First matching prefix wins, so the specific classes come before the catch-all `salu` / `valu`.
 CLASSES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -34,6 +34,8 @@ CLASSES: tuple[tuple[str, tuple[str, ...]], ...] = (
 OTHER = "other"
 CLASS_NAMES: tuple[str, ...] = (*(name for name, _ in CLASSES), OTHER)
 EXAMPLES = {name: prefixes[0] + "*" for name, prefixes in CLASSES}
+# One object's instruction counts: {function: {class: count}}.
+Functions = dict[str, dict[str, int]]
 FIX = "install it (as root: apt-get install llvm-22; scripts/setup.sh does this) or repin with `farm pin`"
 
 
@@ -44,7 +46,7 @@ def classify(mnemonic: str) -> str:
     return OTHER
 
 
-def binary(entry: dict[str, Any] | None) -> Path:
+def binary(entry: DisassemblerPin | None) -> Path:
     """The disassembler the pin names; one clear error when the pin has none or it is not installed."""
     if not entry or not entry.get("path"):
         raise FarmError("the toolchain pin has no disassembler (conf/toolchain/*.yaml: disassembler.path)",
@@ -68,9 +70,9 @@ def version(path: Path) -> str:
     raise FarmError(f"disassembler {path} --version printed no version: {out.stdout or out.stderr!r}", FIX)
 
 
-def installed(entry: dict[str, Any] | None) -> dict[str, Any]:
+def installed(entry: DisassemblerPin | None) -> DisassemblerPin:
     path = binary(entry)
-    return {"path": str(path), "version": version(path)}
+    return DisassemblerPin(path=str(path), version=version(path))
 
 
 def parse_listing(text: str, files: Sequence[Path]) -> dict[Path, dict[str, dict[str, int]]]:
@@ -97,7 +99,7 @@ BATCH_TIMEOUT_S = 600.0
 ALONE_TIMEOUT_S = 120.0  # one object disassembles in milliseconds; this only bounds a hostile one
 
 
-def _run(entry: dict[str, Any] | None, mcpu: str, files: Sequence[Path],
+def _run(entry: DisassemblerPin | None, mcpu: str, files: Sequence[Path],
          timeout_s: float) -> subprocess.CompletedProcess | None:
     """The disassembler's output for `files`; None when it did not finish in time."""
     path = binary(entry)
@@ -111,7 +113,7 @@ def _run(entry: dict[str, Any] | None, mcpu: str, files: Sequence[Path],
         raise FarmError(f"disassembler {path} does not run ({exc})", FIX) from None
 
 
-def _alone(entry: dict[str, Any] | None, mcpu: str, path: Path) -> dict[str, dict[str, int]] | str:
+def _alone(entry: DisassemblerPin | None, mcpu: str, path: Path) -> Functions | str:
     """One file in a disassembler of its own, so a reason is about this file only."""
     proc = _run(entry, mcpu, [path], ALONE_TIMEOUT_S)
     if proc is None:
@@ -129,7 +131,7 @@ def _reason(stderr: str, path: Path) -> str:
     return "; ".join(line.replace(f"'{path}': ", "") for line in lines) or "no output"
 
 
-def count_files(entry: dict[str, Any] | None, mcpu: str, files: Sequence[Path]) -> dict[Path, dict[str, dict] | str]:
+def count_files(entry: DisassemblerPin | None, mcpu: str, files: Sequence[Path]) -> dict[Path, Functions | str]:
     """{file: {function: {class: count}}, or why the disassembler cannot read it}. One process serves the
     batch (its start-up, ~30 ms, is most of the cost of a small object); llvm-objdump stops at the first
     bad file, so each file without a clean batch result (every file, when the batch failed) runs alone."""
@@ -138,14 +140,14 @@ def count_files(entry: dict[str, Any] | None, mcpu: str, files: Sequence[Path]) 
     batch = _run(entry, mcpu, files, BATCH_TIMEOUT_S)
     clean = batch is not None and batch.returncode == 0
     parsed = parse_listing(batch.stdout, files) if clean and batch is not None else {}
-    out: dict[Path, dict[str, dict] | str] = {}
+    out: dict[Path, Functions | str] = {}
     for path in files:
         named = batch is not None and f"'{path}'" in batch.stderr  # a warning or error about this file
         out[path] = parsed[path] if path in parsed and not named else _alone(entry, mcpu, path)
     return out
 
 
-def count_many(entry: dict[str, Any] | None, mcpu: str, objects: Sequence[bytes]) -> list[dict[str, dict] | str]:
+def count_many(entry: DisassemblerPin | None, mcpu: str, objects: Sequence[bytes]) -> list[Functions | str]:
     """Per object held in memory: {function: {class: count}}, or why it cannot be read (count_files)."""
     tmp = _scratch_dir()
     try:

@@ -27,7 +27,7 @@ from farm.worker.main import main
 
 
 class Job(TypedDict):
-    """One line from the parent (farm/worker/isolate.py `Zygote.run`)."""
+    """One line from the parent (farm/worker/warm.py `Zygote.run`)."""
 
     request: str  # the CompileJob file
     result: str  # where the object goes
