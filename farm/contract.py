@@ -17,11 +17,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from farm.toolchain.shapes import LinkerPin, ToolchainPin
+
 # The farm package's directory: files of the farm's own code are named relative to it (a result's
 # `generator`, a manifest's `generator` and `verifier` records).
 FARM_DIR = Path(__file__).resolve().parent
 
-# JSON values as they travel: knobs, the toolchain pin and the linker entry are config data, passed through.
+# JSON values as they travel: knobs are config data, passed through (the pin and linker entry: shapes.py).
 Json = Any
 
 
@@ -72,8 +74,8 @@ class CompileRequest:
     generator: str  # module under kernels_src/ with `launcher_and_args(knobs)`
     knobs: dict[str, Json]
     target: TargetFacts
-    linker: dict[str, Json] | None = None  # the pin's linker entry (farm/toolchain/pin.py)
-    pin: dict[str, Json] | None = None  # the part of the pin a worker's toolchain must match; None: unchecked
+    linker: LinkerPin | None = None  # the pin's linker entry (farm/toolchain/shapes.py)
+    pin: ToolchainPin | None = None  # the part of the pin a worker's toolchain must match; None: unchecked
 
     def to_json(self) -> dict[str, Json]:
         return asdict(self)
@@ -154,7 +156,7 @@ class CompileResult:
     node: str | None = None
     worker: str | None = None  # "node pid P"
     pid: int | None = None
-    toolchain: dict[str, Json] | None = None  # the worker's toolchain fingerprint
+    toolchain: ToolchainPin | None = None  # the worker's toolchain fingerprint
     sources: dict[str, str] = field(default_factory=dict)  # {kernels_src-relative path: SHA256} it read
     lookups: tuple[str, ...] = ()
     generator: dict[str, str] = field(default_factory=dict)  # {farm-relative path: SHA256} that made the bytes
