@@ -1,6 +1,6 @@
 """The compile actor: one per CPU, owning its warm compile server; each call is one isolated compile.
 
-Warm state (the zygote and its codegen server, farm/worker/isolate.py) lives in these actors' processes,
+Warm state (the zygote and its codegen server, farm/worker/warm.py) lives in these actors' processes,
 for a build on a private cluster and, on the standing cluster, between builds. Every row still compiles
 in its own fresh fork of that server, exactly as before: the actor only decides which process owns it.
 

@@ -6,7 +6,7 @@ owns a local Ray cluster and one named compile actor per CPU, each with its warm
 up, `farm build` (executor=local) connects to it instead of starting its own. `farm cluster down`
 stops it; it also stops by itself after `idle_minutes` without a build.
 
-Each compile still forks from its actor's zygote (farm/execute/compiler.py, farm/worker/isolate.py),
+Each compile still forks from its actor's zygote (farm/execute/compiler.py, farm/worker/warm.py),
 so rows stay isolated exactly as on a private cluster. The daemon's state file says where the cluster
 is and which farm code its actors run; a build whose farm code differs does not use it (it would
 refuse the bytes).
