@@ -20,8 +20,8 @@ from flydsl._mlir.dialects import llvm
 # - lds_barrier: fx.gpu.barrier passes `address_spaces` through as an MLIR attribute, and FlyDSL has
 #   no public constructor for `#gpu.address_space<workgroup>`.  A public fx.gpu.barrier(lds_only=...)
 #   flag would replace it.
-# - ir_value: the raw ir.Value check for values that arrive from MLIR builders (fx.as_ir_value is
-#   the public converter; its extra branches have not been proven to emit the same IR).
+# - ir_value: the raw ir.Value check lds_load / lds_store use on their operands; families call the
+#   public fx.as_ir_value instead (sdpa_cdna switched with all its objects byte-identical).
 
 
 def ir_value(x: Any) -> ir.Value:

@@ -31,7 +31,6 @@ import flydsl.expr as fx
 import torch
 from common.arch import check_wave, target_arch
 from common.buffers import buffer_rsrc
-from common.flydsl_compat import ir_value as _v
 from common.flydsl_compat import lds_load, lds_store
 from common.fx_types import FX_TYPES, NULL_STREAM, TORCH_TYPES
 from common.trace import tree
@@ -93,12 +92,12 @@ def slice_rsrc(base: Any) -> Any:
 
 def buffer_load(rsrc: Any, words: int, offset: Any) -> fx.Vector:
     ty = _vec_i32(words) if words > 1 else fx.T.i32
-    raw = rocdl.raw_ptr_buffer_load(ty, rsrc, _v(_i32(offset)), 0)
+    raw = rocdl.raw_ptr_buffer_load(ty, rsrc, fx.as_ir_value(_i32(offset)), 0)
     return fx.Vector(raw) if words > 1 else fx.Int32(raw)
 
 
 def buffer_store(value: Any, rsrc: Any, offset: Any) -> None:
-    rocdl.raw_ptr_buffer_store(_v(value), rsrc, _v(_i32(offset)), _v(fx.Int32(0)))
+    rocdl.raw_ptr_buffer_store(fx.as_ir_value(value), rsrc, fx.as_ir_value(_i32(offset)), fx.as_ir_value(fx.Int32(0)))
 
 
 def masked(valid: Any, offset: Any) -> fx.Int32:
@@ -119,7 +118,7 @@ def fmax(a: Any, b: Any) -> fx.Float32:
 
 def exp2(x: Any) -> fx.Float32:
     # v_exp_f32 directly: arguments are <= 0 (or -inf), so no range reduction is needed.
-    return fx.Float32(rocdl.exp2(fx.T.f32, _v(x)))
+    return fx.Float32(rocdl.exp2(fx.T.f32, fx.as_ir_value(x)))
 
 
 def mfma(isa: Isa, dtype: str, a: fx.Vector, b: fx.Vector, c: fx.Vector) -> fx.Vector:
@@ -133,7 +132,7 @@ def mfma(isa: Isa, dtype: str, a: fx.Vector, b: fx.Vector, c: fx.Vector) -> fx.V
         elem = fx.Int16 if dtype == "bf16" else fx.Float16  # the _1k bf16 forms take i16 lanes
         op = {(32, "bf16"): rocdl.mfma_f32_32x32x8bf16_1k, (32, "f16"): rocdl.mfma_f32_32x32x8f16,
               (16, "bf16"): rocdl.mfma_f32_16x16x16bf16_1k, (16, "f16"): rocdl.mfma_f32_16x16x16f16}[isa.mn, dtype]
-    return fx.Vector(op(res_ty, [_v(a.bitcast(elem)), _v(b.bitcast(elem)), _v(c)]))
+    return fx.Vector(op(res_ty, [fx.as_ir_value(a.bitcast(elem)), fx.as_ir_value(b.bitcast(elem)), fx.as_ir_value(c)]))
 
 
 def xor_offsets(isa: Isa) -> list[int]:
@@ -383,7 +382,7 @@ def setup(plan: Plan, isa: Isa, a: Args, lds_base: Any) -> tuple[Ctx, Rows]:
     m0, b, h, h_kv = block_coords(plan, a)
     tid = fx.Int32(fx.thread_idx.x)
     lane = tid % WAVE
-    wave = fx.Int32(rocdl.readfirstlane(fx.T.i32, _v(tid // WAVE)))  # wave-uniform -> SGPR
+    wave = fx.Int32(rocdl.readfirstlane(fx.T.i32, fx.as_ir_value(tid // WAVE)))  # wave-uniform -> SGPR
     row_tile = wave // plan.split
     half = wave % plan.split
     col = lane % isa.mn
@@ -486,7 +485,7 @@ def write_out(ctx: Ctx, rows: Rows, a: Args, m: Any, l_part: Any, o_acc: list) -
             val = acc.shuffle(acc, [q * 4 + i for i in range(4)]).to(elem).bitcast(fx.Int32)
             buffer_store(val, rows.o_rsrc, masked(m_ok & (d < a.head_dim_v), rows.o_row + d * 2))
     # v_log_f32 (log2) directly: l_tot >= 1 whenever a key was seen (the max term is exp2(0)).
-    log2_l = fx.Float32(rocdl.log(fx.T.f32, _v(l_tot)))
+    log2_l = fx.Float32(rocdl.log(fx.T.f32, fx.as_ir_value(l_tot)))
     lse = seen.select((m * ctx.scale_log2 + log2_l) * LN2, fx.Float32(NEG_INF))
     ok = m_ok & (rows.grp == 0) & (a.write_lse != 0)
     buffer_store(lse, rows.lse_rsrc, masked(ok, rows.my_m * 4))
