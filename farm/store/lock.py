@@ -111,5 +111,7 @@ def lock_wait(cfg: FarmConfig) -> float | None:
 
 
 def command_line() -> str:
-    return "farm " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0].endswith(("farm", "cli.py")) else \
-        " ".join(sys.argv)
+    """This command as a user would type it: `farm VERB ...` when it is the farm's CLI (the console script,
+    or `python -m farm.cli`, whose argv[0] is the package's __main__.py)."""
+    is_farm = sys.argv and sys.argv[0].endswith(("farm", "cli.py", "cli/__main__.py"))
+    return "farm " + " ".join(sys.argv[1:]) if is_farm else " ".join(sys.argv)
