@@ -20,6 +20,7 @@ from farm.core.private import private_dir
 from farm.plan.decide import REVERIFY, Decision, decide, summary_line
 from farm.plan.digest import CodeRecorder, CompileRecord, farm_hashes, farm_path_ok, inputs_of
 from farm.plan.sources import Tree, collect
+from farm.restore.stage import Checks, Outcome, restore
 from farm.store import manifest
 from farm.store.lock import command_line, lock_wait, tree_lock
 from farm.store.manifest import Entry, RecordedEntry
@@ -283,12 +284,16 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row]) -> in
                               "pruned": [], "conditions": build_conditions(cfg), **origin_fields(cfg)}
     failures: list[tuple[Row, str, str]] = []
     built = reverified = 0
+    cached = Outcome()
     try:
         with DirectoryWriter(cfg) as writer:
             report["pruned"] = _prune(cfg, writer, decisions, all_rows)
             reverified = reverify(cfg, [d for d in decisions if d.status == REVERIFY], writer, report["rows"],
                                   failures)
-            built = _compile_and_write(cfg, [d for d in decisions if d.compiles], writer, report, failures)
+            # Rows whose published objects are current come back from the DVC cache instead (farm/restore/).
+            cached = restore(cfg, [d for d in decisions if d.compiles], writer, report["rows"],
+                             Checks(disassemble, accept))
+            built = _compile_and_write(cfg, cached.compile, writer, report, failures)
     except OSError as exc:  # disk full, a read-only directory: the finished objects are on disk already
         where = f" ({exc.filename})" if exc.filename else ""
         report["error"] = f"{exc.strerror or exc}{where}"
@@ -298,8 +303,8 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row]) -> in
                         "`farm build` again: it resumes with what is missing") from None
     todo = sum(d.builds for d in decisions)
     elapsed = time.monotonic() - started
-    report |= {"seconds": round(elapsed, 3), "built": built, "reverified": reverified, "failed": len(failures),
-               "up_to_date": len(decisions) - todo}
+    report |= {"seconds": round(elapsed, 3), "built": built, "restored": cached.restored, "reverified": reverified,
+               "failed": len(failures), "up_to_date": len(decisions) - todo}
     # A build that had nothing to do leaves no report: the reports stay a record of builds that did something.
     did_something = bool(todo or report["pruned"])
     report_path = write_build_report(cfg, report) if did_something else "none (nothing to do)"
@@ -308,7 +313,8 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row]) -> in
     again = f", reverified {reverified}" if reverified else ""
     # The build's result line: a warning when rows failed, so `-q` still shows it then.
     log.log(logging.WARNING if failures else logging.INFO,
-            f"\nbuilt {built}{again}, failed {len(failures)}, up to date {len(decisions) - todo} "
+            f"\n{f'compiled {built}, restored {cached.restored}' if cached.consulted else f'built {built}'}"
+            f"{again}, failed {len(failures)}, up to date {len(decisions) - todo} "
             f"in {elapsed:.1f} s; report: {report_path}")
     return len(failures)
 

@@ -88,7 +88,7 @@ def rebuild_environment(vary: dict[str, bool], scratch: Path) -> tuple[dict[str,
 def _passthrough(overrides: list[str]) -> list[str]:
     """The user's overrides minus those the audit sets for its rebuild."""
     mine = ("outputs_dir=", "report_dir=", "names=", "row_order=", "audit.", "executor.num_cpus=",
-            "executor.standing=")
+            "executor.standing=", "cache.restore=")
     return [o for o in overrides if not o.lstrip("+~").startswith(mine)]
 
 
@@ -205,7 +205,9 @@ def audit(cfg: FarmConfig, rows: list[Row], every: list[Row], overrides: list[st
                    f"report_dir={scratch / 'reports'}", f"names=[{','.join(keys)}]",
                    # Its own private workers, which see the varied conditions (a standing cluster's
                    # workers keep the conditions they started with).
-                   "++executor.standing=false", *extra]
+                   "++executor.standing=false",
+                   # Compiled for real: never fetched back from the DVC cache (farm/restore/).
+                   "cache.restore=false", *extra]
         varied = ", ".join(n for n in VARIATIONS if vary[n]) or "nothing"
         log.info("audit: rebuilding %d rows with varied %s", len(rows), varied)
         proc = subprocess.run(command, cwd=cwd or cfg.root, env=env, capture_output=True, text=True,

@@ -94,6 +94,12 @@ def decide(cfg: FarmConfig, rows: list[Row]) -> list[Decision]:
     return decisions
 
 
+def decide_cached(cfg: FarmConfig, row: Row, entry: RecordedEntry, tree: Tree) -> Decision:
+    """What `decide` would say of a manifest entry found elsewhere (the DVC cache, farm/restore/) were it on
+    disk with its intact object: the same input comparison, so an entry stale on disk is stale there too."""
+    return _by_inputs(cfg, row, entry.get("inputs"), tree)
+
+
 def _by_inputs(cfg: FarmConfig, row: Row, recorded: object, tree: Tree) -> Decision:
     """Up to date, re-verify (only verification code changed) or inputs-changed, with every change named."""
     recorded = recorded if isinstance(recorded, dict) else {}

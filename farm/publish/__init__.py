@@ -6,7 +6,7 @@ that touches hashes, caches or remotes goes through DVC's own API (`dvc.repo.Rep
 hashes for DVC nor speaks a remote's protocol; it runs its drift guard before publishing and after
 fetching, and reads DVC's per-file status to report what changed.
 
-  remote    the `remote` config group -> a validated Remote; credentials; one-line remote errors
+  (the remote: farm/restore/remote.py, shared with the restore stage below)
   repo      the DVC repository: paths inside it, opening it with the remote, per-file status
   pointer   outputs.dvc: read, record (`dvc add`), restore
   survey    the <op>/<target>/ directories, their missing rows, strays, the drift guard

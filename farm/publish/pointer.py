@@ -10,8 +10,8 @@ from dvc.exceptions import DvcException
 
 from farm.core.atomic import write_bytes_atomic
 from farm.core.errors import FarmError
-from farm.publish.remote import remote_of, scrub
 from farm.publish.repo import open_repo, paths
+from farm.restore.remote import remote_of, scrub
 from farm.table.config import FarmConfig
 
 

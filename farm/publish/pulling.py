@@ -11,9 +11,9 @@ from dvc.repo import Repo
 from farm.core.errors import FarmError
 from farm.publish.commands import build_command, not_built
 from farm.publish.pointer import read_pointer
-from farm.publish.remote import remote_errors, remote_of, say_error
 from farm.publish.repo import Paths, granular, open_repo, paths
 from farm.publish.survey import drift, survey
+from farm.restore.remote import remote_errors, remote_of, say_error
 from farm.store.lock import command_line, lock_wait, tree_lock
 from farm.table.config import FarmConfig
 

@@ -17,9 +17,9 @@ from farm.core.canonical import sha256_file
 from farm.core.errors import FarmError
 from farm.publish.commands import build_command, command, not_built, remote_args
 from farm.publish.pointer import Pointer, read_pointer, restore_pointer
-from farm.publish.remote import has_credentials, remote_errors, remote_of, say_error
 from farm.publish.repo import Granular, granular, open_repo, paths
 from farm.publish.survey import Survey, dir_of, drift, survey
+from farm.restore.remote import has_credentials, remote_errors, remote_of, say_error
 from farm.store.lock import command_line, lock_wait, tree_lock
 from farm.table.config import FarmConfig
 

@@ -18,7 +18,7 @@ from dvc.exceptions import DvcException
 from dvc.repo import Repo
 
 from farm.core.errors import FarmError
-from farm.publish.remote import Remote, scrub
+from farm.restore.remote import Remote, scrub
 from farm.table.config import FarmConfig
 
 log = logging.getLogger(__name__)

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from farm.assure.check import check
 from farm.publish.commands import build_command, command, remote_args, selection_args
 from farm.publish.pointer import read_pointer
-from farm.publish.remote import remote_errors, remote_of, say_error
 from farm.publish.repo import Granular, granular, local_listing, open_repo, paths
 from farm.publish.survey import Directory, DirKey, dir_of, survey
+from farm.restore.remote import remote_errors, remote_of, say_error
 from farm.table.config import FarmConfig
 from farm.table.rows import Row
 

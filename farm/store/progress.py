@@ -107,6 +107,8 @@ class Status:
     elapsed_s: float
     in_flight: int
     oldest: tuple[str, float] | None
+    phase: str = "compiling"  # or "restoring": rows looked up in the DVC cache (farm/restore/)
+    restored: int = 0
 
     @property
     def rate(self) -> float:
@@ -118,10 +120,15 @@ class Status:
 
     def line(self) -> str:
         eta = duration(self.eta_s) if self.eta_s is not None else "unknown"
+        if self.phase == "restoring":  # nothing is in flight: rows are fetched and verified one directory at a time
+            return (f"progress: restoring {self.done}/{self.total} rows: {self.restored} restored, "
+                    f"{self.done - self.restored} to compile; {self.rate:.2f} rows/s, ETA {eta}")
         return (f"progress: {self.done}/{self.total} rows, {self.rate:.2f} rows/s, ETA {eta}; "
                 f"{self.in_flight} in flight" + self._slowest(", slowest {key} ({age})"))
 
     def postfix(self) -> str:
+        if self.phase == "restoring":
+            return f"{self.restored} restored, {self.done - self.restored} to compile"
         return f"{self.in_flight} in flight" + self._slowest(", oldest {key} {age}")
 
     def _slowest(self, form: str) -> str:
@@ -144,7 +151,9 @@ class BuildProgress:
     tells the estimate which rows came back."""
 
     def __init__(self, order: list[str], slots: int, file: TextIO, period_s: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, phase: str = "compiling") -> None:
+        self.phase = phase
+        self.restored = 0
         self.total = len(order)
         self.file = file
         self.clock = clock
@@ -162,7 +171,7 @@ class BuildProgress:
         if not log.isEnabledFor(logging.INFO):  # -q: warnings and errors only
             return self
         if _is_terminal(self.file):
-            self.bar = tqdm(total=self.total, desc="compiling", unit="obj", file=self.file)
+            self.bar = tqdm(total=self.total, desc=self.phase, unit="obj", file=self.file)
             # Log records (a FAILED row, notes) print above the bar instead of through it.
             self._stack.enter_context(logging_redirect_tqdm(loggers=[logging.getLogger("farm")]))
             self._period = min(self._period, BAR_REFRESH_S)
@@ -181,11 +190,14 @@ class BuildProgress:
     def status(self) -> Status:
         with self._lock:
             now = self.clock()
-            return Status(self.done, self.total, now - self.started, len(self.in_flight), self.in_flight.oldest(now))
+            return Status(self.done, self.total, now - self.started, len(self.in_flight), self.in_flight.oldest(now),
+                          self.phase, self.restored)
 
-    def update(self, n: int = 1) -> None:
+    def update(self, n: int = 1, restored: int = 0) -> None:
+        """`n` rows handled; while restoring, `restored` of them came back from the cache."""
         with self._lock:
             self.done += n
+            self.restored += restored
         if self.bar is not None:
             self.bar.update(n)
 

@@ -41,6 +41,7 @@ class ReportRow(TimedRow, total=False):
     written: bool  # its object was written (or, re-verified, its entry re-recorded)
     refused: str | None  # why it was not accepted
     reverified: bool
+    restored: bool  # its object came back from the DVC cache (farm/restore/), verified, instead of compiling
 
 
 class Conditions(TypedDict):
@@ -83,7 +84,8 @@ class BuildReport(StartedReport, total=False):
 
     error: str
     seconds: float
-    built: int
+    built: int  # compiled and written
+    restored: int  # fetched from the DVC cache or remote, verified and written (farm/restore/)
     reverified: int
     failed: int
     up_to_date: int

@@ -112,6 +112,12 @@ class AuditSettings(TypedDict, total=False):
     vary: AuditVary
 
 
+class CacheSettings(TypedDict, total=False):
+    # farm build fetches rows whose published objects (outputs.dvc) are current from the DVC cache or
+    # remote instead of compiling them; false compiles every row (the audit and CI's build from nothing).
+    restore: bool
+
+
 class ConfigFile(TypedDict, total=False):
     """The composed top level: conf/config.yaml plus the chosen file of each group."""
 
@@ -131,6 +137,7 @@ class ConfigFile(TypedDict, total=False):
     lock_wait_s: float | None
     row_order: str
     audit: AuditSettings
+    cache: CacheSettings
 
 
 # The config groups: a file under conf/<group>/ chosen by name (e.g. executor=cluster).
