@@ -15,7 +15,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from farm.toolchain.shapes import LinkerPin, ToolchainPin
 
@@ -138,9 +138,36 @@ class ProcessRecord:
                    _need(data, "max_rss_kib", int, what))
 
 
+class PhaseJson(TypedDict):
+    """A `Phase` as a report row's `phases` list holds it."""
+
+    name: str
+    start_unix: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Where part of a row's time went: `seconds` spent in `name`, first entered at `start_unix` (time.time()).
+    A row's phases come in time order and together cover its worker wall time (farm/worker/phases.py)."""
+
+    name: str
+    start_unix: float
+    seconds: float
+
+    def to_json(self) -> PhaseJson:
+        return PhaseJson(name=self.name, start_unix=self.start_unix, seconds=self.seconds)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Phase:
+        number = (int, float)
+        return cls(_need(data, "name", str, "phase"), float(_need(data, "start_unix", number, "phase")),
+                   float(_need(data, "seconds", number, "phase")))
+
+
 # The fields of a result the build report keeps per row (farm/build.py), in this order.
 REPORT_FIELDS = ("key", "ok", "seconds", "warmup_seconds", "compile_seconds", "started_unix", "finished_unix",
-                 "node", "worker", "pid", "toolchain", "max_rss_mib", "warnings", "error", "stderr")
+                 "node", "worker", "pid", "toolchain", "max_rss_mib", "warnings", "error", "stderr", "phases")
 
 
 @dataclass(frozen=True)
@@ -166,6 +193,7 @@ class CompileResult:
     seconds: float | None = None
     warmup_seconds: float | None = None
     compile_seconds: float | None = None
+    phases: tuple[Phase, ...] = ()  # worker-side phases in time order (the driver appends its own to the row)
 
     @classmethod
     def failure(cls, key: str, error: str, **facts: Any) -> CompileResult:
@@ -176,4 +204,5 @@ class CompileResult:
         """This result as one row of the build report (JSON values, no object bytes)."""
         row = {name: getattr(self, name) for name in REPORT_FIELDS}
         row["warnings"] = None if self.warnings is None else list(self.warnings)
+        row["phases"] = [phase.to_json() for phase in self.phases]
         return row

@@ -2,8 +2,9 @@
 
 FlyDSL's ROCDL serializer runs `$ROCM_PATH/llvm/bin/ld.lld`. The pinned linker is the LLD inside the
 `ziglang` wheel (pin `linker.package`), or any ld.lld binary (pin `linker.path`, e.g. Debian's lld-19 for a
-second, test toolchain); a two-line shim at that path makes FlyDSL use it. Its identity ends up in every
-object's .comment section, so its version and binary hash are part of the pin.
+second, test toolchain); a small shim at that path makes FlyDSL use it (and notes when each link starts
+and ends). Its identity ends up in every object's .comment section, so its version and binary hash are
+part of the pin.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from farm.toolchain.filehash import cached_sha256
 from farm.toolchain.shapes import LinkerPin
 
 LINKER_PACKAGE = "ziglang"
+# When set, the shim appends "START END" (Unix seconds) per link to this file: the row's `link` phase
+# (farm/worker/phases.py). Bash's $EPOCHREALTIME reads the clock without starting a process.
+LINK_TIMES_ENV = "FARM_LINK_TIMES"
 
 
 def linker_binary(linker: LinkerPin | None = None) -> Path:
@@ -75,7 +79,10 @@ def write_linker_shim(rocm_dir: Path, linker: LinkerPin | None = None) -> Path:
     """Create `<rocm_dir>/llvm/bin/ld.lld` that runs the pinned LLD; returns `rocm_dir` for ROCM_PATH."""
     shim = rocm_dir / "llvm" / "bin" / "ld.lld"
     shim.parent.mkdir(parents=True, exist_ok=True)
-    text = "#!/bin/sh\nexec " + " ".join(f'"{part}"' for part in linker_command(linker)) + ' "$@"\n'
+    command = " ".join(f'"{part}"' for part in linker_command(linker))
+    text = (f'#!/bin/bash\nif [ -z "${LINK_TIMES_ENV}" ]; then exec {command} "$@"; fi\n'
+            f'start=$EPOCHREALTIME\n{command} "$@"\ncode=$?\n'
+            f'echo "$start $EPOCHREALTIME" >> "${LINK_TIMES_ENV}"\nexit $code\n')
     if not shim.is_file() or shim.read_text() != text:
         tmp = shim.with_suffix(".tmp")
         tmp.write_text(text)

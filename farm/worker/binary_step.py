@@ -33,7 +33,9 @@ import sys
 import time
 from pathlib import Path
 
+from farm.toolchain.linker import LINK_TIMES_ENV
 from farm.worker.forking import run_forked
+from farm.worker.phases import CODEGEN_FILE, LINK_FILE, PHASES_DIR_ENV, Timeline
 
 BINARY_PASS = "gpu-module-to-binary"
 SERVER_ENV = "FARM_BINARY_SERVER"  # the compile child's way to its worker's binary server (a socket path)
@@ -48,13 +50,13 @@ def _seconds_left(deadline_unix: float | None) -> float | None:
     return None if deadline_unix is None else max(0.0, deadline_unix - time.time()) + DEADLINE_GRACE_S
 
 
-def codegen(module_text: str, fragment: str) -> str:
+def codegen(module_text: str, fragment: str, timeline: Timeline) -> str:
     """Parse `module_text`, run the binary fragment, return the module (now holding gpu.binary) as text."""
     # Imported here, not at the top: the `mlir-opt` client that only forwards a job to the server must
     # start in milliseconds, without FlyDSL.
     from farm.worker import flydsl_compat
 
-    return flydsl_compat.run_binary_pass(module_text, f"builtin.module({fragment})")
+    return flydsl_compat.run_binary_pass(module_text, f"builtin.module({fragment})", timeline)
 
 
 def _job_files(work: Path) -> tuple[Path, Path, Path, Path]:
@@ -73,8 +75,9 @@ def _codegen_files(src: Path, out: Path, fragment: str, work: Path) -> None:
     """Run the binary pass on the module in `src`, writing the result to `out`, in a process of its own."""
     _, _, job_path, log_path = _job_files(work)
     deadline = float(os.environ[DEADLINE_ENV]) if os.environ.get(DEADLINE_ENV) else None
+    phases = os.environ.get(PHASES_DIR_ENV)  # the row's directory, where its phases are noted
     job_path.write_text(json.dumps({"input": str(src), "output": str(out), "fragment": fragment,
-                                    "log": str(log_path), "deadline_unix": deadline}))
+                                    "log": str(log_path), "deadline_unix": deadline, "phases_dir": phases}))
     server = os.environ.get(SERVER_ENV)
     if server:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
@@ -101,8 +104,16 @@ def _codegen_files(src: Path, out: Path, fragment: str, work: Path) -> None:
 
 def _run_job(job_path: str) -> int:
     job = json.loads(Path(job_path).read_text())
-    text = codegen(Path(job["input"]).read_text(), job["fragment"])
-    Path(job["output"]).write_text(text)
+    timeline = Timeline()
+    phases_dir = Path(job["phases_dir"]) if job.get("phases_dir") else None
+    if phases_dir is not None:
+        os.environ[LINK_TIMES_ENV] = str(phases_dir / LINK_FILE)  # the linker shim notes its run there
+    try:
+        text = codegen(Path(job["input"]).read_text(), job["fragment"], timeline)
+        Path(job["output"]).write_text(text)
+    finally:
+        if phases_dir is not None:
+            timeline.write(phases_dir / CODEGEN_FILE)
     return 0
 
 

@@ -8,7 +8,9 @@ What is still private, each marked `PRIVATE:` with why and what public API would
 - `flydsl._mlir` (the MLIR bindings FlyDSL bundles): parse a module, run one pass, read a gpu.binary;
 - `jit_function._create_mlir_context`: the context FlyDSL compiles in (multithreading off, dialects loaded);
 - `JitFunction._last_compiled`: the module a COMPILE_ONLY call compiled;
-- the list of modules FlyDSL imports lazily during its first compile (the zygote preloads them).
+- the list of modules FlyDSL imports lazily during its first compile (the zygote preloads them);
+- `external_llvm.run_external_binary_codegen`: wrapped, to note when the hand-off to codegen starts
+  (farm/worker/phases.py), or replaced by an in-process codegen for the bench (`use_in_process_codegen`).
 Re-check all of it when the pin moves.
 """
 
@@ -28,12 +30,15 @@ import flydsl.compiler  # noqa: F401  (loads the backends: the registry below ne
 from flydsl._mlir import ir
 from flydsl._mlir.dialects import gpu
 from flydsl._mlir.passmanager import PassManager
+from flydsl.compiler import external_llvm
 from flydsl.compiler.backends import register_backend
 from flydsl.compiler.backends.rocm import RocmBackend
 
 # PRIVATE: the context FlyDSL itself compiles in (multithreading off, all dialects loaded). Codegen runs in
 # the same kind of context, as FlyDSL's own would; a public context factory would replace it.
 from flydsl.compiler.jit_function import _create_mlir_context
+
+from farm.worker.phases import COMPILE, Timeline
 
 # The farm's backend takes the built-in ROCm backend's name: FlyDSL's extension libraries (flydsl.extension,
 # e.g. coop reductions) pick their ROCm implementations by backend name, so under any other name a kernel
@@ -63,9 +68,11 @@ class FarmRocmBackend(RocmBackend):
     lowering_chipset: str | None = None  # set per compile process (`use_farm_backend`)
 
     def pipeline_fragments(self, *, compile_hints: dict) -> list[str]:
+        _passes_start()
         return self._lowered(super().pipeline_fragments(compile_hints=compile_hints))
 
     def external_binary_pipeline_fragments(self, *, compile_hints: dict) -> tuple[list[str], str]:
+        _passes_start()
         pre, binary = super().external_binary_pipeline_fragments(compile_hints=compile_hints)
         return self._lowered(pre), binary
 
@@ -83,6 +90,12 @@ class FarmRocmBackend(RocmBackend):
         return [f.replace(needle, f"chipset={chipset} ") for f in fragments]
 
 
+def _passes_start() -> None:
+    """FlyDSL asks for the pipeline right before it runs it (MlirCompiler.compile): the front end is done."""
+    if COMPILE.current == "front_end":
+        COMPILE.switch("mlir_passes")
+
+
 def use_farm_backend(lowering_chipset: str) -> None:
     """In the compile process: FlyDSL compiles with FarmRocmBackend, lowering for `lowering_chipset`."""
     FarmRocmBackend.lowering_chipset = lowering_chipset
@@ -92,6 +105,31 @@ def use_farm_backend(lowering_chipset: str) -> None:
 def use_external_codegen(llvm_dir: Path) -> None:
     """In the compile process: FlyDSL runs the binary pass through `llvm_dir`/bin/mlir-opt."""
     os.environ[LLVM_DIR_ENV] = str(llvm_dir)
+    external_llvm.run_external_binary_codegen = _timed_external_codegen
+
+
+# PRIVATE: FlyDSL's external codegen step, which it imports from its module at each compile; the farm
+# wraps it (to note when the hand-off starts) or replaces it (in-process codegen for the bench). A public
+# "codegen step" hook on the backend would replace this.
+_FLYDSL_EXTERNAL_CODEGEN = external_llvm.run_external_binary_codegen
+
+
+def _timed_external_codegen(module: Any, binary_fragment: str, **options: Any) -> None:
+    COMPILE.switch("handoff")
+    _FLYDSL_EXTERNAL_CODEGEN(module, binary_fragment, **options)
+
+
+def use_in_process_codegen() -> None:
+    """For the bench's in-process compiles: FlyDSL splits its pipeline before the binary pass (the external
+    mode), and the farm runs that pass in this process, on FlyDSL's module, as FlyDSL's own pipeline
+    would (it runs inside FlyDSL's LLVM-options context, like the rest of the pipeline)."""
+    os.environ[LLVM_DIR_ENV] = "in-process"  # only its being set matters: the step below never runs a tool
+    external_llvm.run_external_binary_codegen = _in_process_codegen
+
+
+def _in_process_codegen(module: Any, binary_fragment: str, **_options: Any) -> None:
+    COMPILE.switch("codegen")
+    PassManager.parse(f"builtin.module({binary_fragment})").run(module.operation)
 
 
 def preload() -> None:
@@ -108,11 +146,14 @@ def mlir_context() -> Iterator[Any]:
         yield context
 
 
-def run_binary_pass(module_text: str, pipeline: str) -> str:
-    """Parse `module_text`, run `pipeline` (the binary pass), return the module (holding gpu.binary) as text."""
+def run_binary_pass(module_text: str, pipeline: str, timeline: Timeline) -> str:
+    """Parse `module_text`, run `pipeline` (the binary pass), return the module (holding gpu.binary) as text.
+    `timeline` notes the pass itself as codegen (its parse and print are the hand-off's)."""
     with mlir_context():
         module = ir.Module.parse(module_text)
+        timeline.switch("codegen")
         PassManager.parse(pipeline).run(module.operation)
+        timeline.switch("handoff")
         return module.operation.get_asm()
 
 

@@ -3,7 +3,8 @@
 Runs wherever the row runs (a Ray worker on any node): the kernel sources arrive as bytes, are
 written to a private directory, and the object comes back as bytes. Nothing is read from or
 written to the project's disk, so a node needs no shared filesystem. The pieces: environment.py (the
-directory and environment), warm.py (the warm compile server), outcome.py (how a compile ended).
+directory and environment), warm.py (the warm compile server), outcome.py (how a compile ended),
+phases.py (where the row's time went: this side notes prepare, warmup, fork and return).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from farm.worker.binary_step import DEADLINE_ENV
 from farm.worker.environment import child_environment, materialize
 from farm.worker.farm_code import farm_files, module_closure
 from farm.worker.outcome import Outcome, failure_message, real_source_paths, warnings_in
+from farm.worker.phases import PHASES_DIR_ENV, Timeline, merged, row_switches
 from farm.worker.warm import WarmServer
 
 
@@ -88,9 +90,13 @@ def _run_fresh(work: Path, env: dict[str, str], timeout_s: float) -> Outcome:
 
 
 def _run_warm(server: WarmServer, work: Path, env: dict[str, str], timeout_s: float,
-              linker: LinkerPin | None) -> Outcome:
+              linker: LinkerPin | None, timeline: Timeline) -> Outcome:
     """A fork of this worker's warm zygote for this one compile (plus the warm-up, when it paid one)."""
+    asked = time.time()
     zygote, warmup = server.get(linker)
+    if warmup:
+        timeline.switch("warmup", at=asked)
+    timeline.switch("fork")
     outcome = (zygote.run(work, env, timeout_s) if zygote.ready
                else Outcome(None, "", cause="server died: it did not start"))
     log_path = work / "compile.log"
@@ -117,29 +123,35 @@ def compile_isolated(request: CompileRequest, sources: dict[str, bytes], timeout
     Never raises for a compile failure, reports it instead.
     A worker whose toolchain differs from the request's pin refuses before compiling."""
     started, started_unix = time.monotonic(), time.time()
+    timeline = Timeline()
+    timeline.switch("prepare", at=started_unix)
     node = node or socket.gethostname()
     facts = WorkerFacts(node=node, pid=os.getpid(), worker=f"{node} pid {os.getpid()}", started_unix=started_unix)
     try:
         toolchain = worker_toolchain(request.linker)
     except Exception as exc:  # the driver reports a worker without the pinned toolchain by node
-        return CompileResult.failure(request.key, f"toolchain on node {node} unusable: {exc}", **facts)
+        return CompileResult.failure(request.key, f"toolchain on node {node} unusable: {exc}",
+                                     phases=merged(timeline.switches, time.time()), **facts)
     facts["toolchain"] = toolchain
     diff = differences(request.pin, toolchain) if request.pin is not None else []
     if diff:
         return CompileResult.failure(request.key, f"toolchain on node {node} differs from the pin: {'; '.join(diff)}",
-                                     seconds=round(time.monotonic() - started, 3), **facts)
+                                     seconds=round(time.monotonic() - started, 3),
+                                     phases=merged(timeline.switches, time.time()), **facts)
     work = Path(tempfile.mkdtemp(prefix="farm-compile-"))
     try:
-        compiled = _compile_in(work, request, sources, timeout_s, warm)
+        compiled = _compile_in(work, request, sources, timeout_s, warm, timeline)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return CompileResult(key=request.key, seconds=round(time.monotonic() - started, 3), finished_unix=time.time(),
-                         **facts, **compiled)
+    finished = time.time()
+    return CompileResult(key=request.key, seconds=round(time.monotonic() - started, 3), finished_unix=finished,
+                         phases=merged(timeline.switches, finished), **facts, **compiled)
 
 
 def _compile_in(work: Path, request: CompileRequest, sources: dict[str, bytes], timeout_s: float,
-                warm: WarmServer | None) -> CompileFacts:
-    """Compile `request` in the private directory `work`; returns the result's compile facts."""
+                warm: WarmServer | None, timeline: Timeline) -> CompileFacts:
+    """Compile `request` in the private directory `work`; returns the result's compile facts. `timeline`
+    gets this side's phase switches and, once the compile ended, those its processes left in `work`."""
     for sub in ("home", "tmp"):
         (work / sub).mkdir()
     kernels_root = work / "kernels_src"
@@ -148,10 +160,16 @@ def _compile_in(work: Path, request: CompileRequest, sources: dict[str, bytes], 
     CompileJob(request, str(kernels_root)).write(work / "job.json")
     out = work / "object.bin"
     # The codegen step ends at the row's deadline too (binary_step.py).
-    env = dict(child_environment(work, request.target), **{DEADLINE_ENV: f"{time.time() + timeout_s:.3f}"})
+    env = dict(child_environment(work, request.target), **{DEADLINE_ENV: f"{time.time() + timeout_s:.3f}",
+                                                           PHASES_DIR_ENV: str(work)})
     compile_started = time.monotonic()
-    outcome = (_run_warm(warm, work, env, timeout_s, request.linker) if warm is not None
-               else _run_fresh(work, env, timeout_s))
+    if warm is not None:
+        outcome = _run_warm(warm, work, env, timeout_s, request.linker, timeline)
+    else:
+        timeline.switch("fork")  # a fresh interpreter: its start and imports
+        outcome = _run_fresh(work, env, timeout_s)
+    timeline.switch("return")
+    timeline.switches += row_switches(work)
     outcome.log = real_source_paths(outcome.log, kernels_root)
     facts = CompileFacts(warmup_seconds=outcome.warmup, stderr=outcome.log, warnings=tuple(warnings_in(outcome.log)),
                          compile_seconds=round(time.monotonic() - compile_started - outcome.warmup, 3))

@@ -17,6 +17,7 @@ from typing import Any
 from farm.contract import CompileJob
 from farm.worker import flydsl_compat
 from farm.worker.binary_step import write_mlir_opt
+from farm.worker.phases import COMPILE
 
 # How the compile's reads and lookups under the kernels root are recorded (farm/plan/sources.py `lookup_state`
 # re-evaluates each lookup against a tree): "import D/N" (the path-based finder looked for module N in
@@ -112,4 +113,5 @@ def compile_row(job: CompileJob) -> tuple[bytes, Consulted]:
     generator = importlib.import_module(job.request.generator)
     launcher, args = generator.launcher_and_args(dict(job.request.knobs))
     launcher(*args)
+    COMPILE.switch("return")  # FlyDSL holds the module with the object: what is left is taking it out
     return flydsl_compat.elf_from_compiled(launcher), recorder.consulted()

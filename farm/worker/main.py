@@ -4,7 +4,8 @@ Both kinds of compile process run it: a fork of the warm server, and a fresh int
 (`python -m farm.worker.zygote --fresh JOB.json RESULT.bin`); see farm/worker/zygote.py.
 It writes the ELF to RESULT.bin, and to RESULT.json a `ProcessRecord` (farm/contract.py): what it consulted
 under the kernels root (files read, lookups made), the farm code it ran (every farm module the process
-loaded, the warm server's included) and its peak memory.
+loaded, the warm server's included) and its peak memory. Beside them, whether it succeeded or not, the
+moments its time went to another phase (farm/worker/phases.py): a failed compile's phases end where it failed.
 An LLVM abort kills only this process; its stderr reaches the user through the parent.
 """
 
@@ -16,17 +17,22 @@ from pathlib import Path
 from farm.contract import CompileJob, ProcessRecord
 from farm.worker.farm_code import loaded_farm_files
 from farm.worker.lowering import compile_row
+from farm.worker.phases import COMPILE, COMPILE_FILE
 
 
 def main(argv: list[str]) -> int:
-    """`argv`: the job file and where the object goes."""
-    job = CompileJob.read(Path(argv[0]))
-    elf, consulted = compile_row(job)
+    """`argv`: the job file and where the object goes (in the row's directory, where the phases go too)."""
+    COMPILE.switch("front_end")  # the fork (or the fresh interpreter's imports) ends here
     result = Path(argv[1])
-    result.write_bytes(elf)
-    # Peak resident memory of this compile process (KiB on Linux; a forked child counts the pages
-    # it shares with its warm parent too).
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    ProcessRecord(tuple(consulted.read), tuple(consulted.lookups), loaded_farm_files(),
-                  peak_kib).write(result.with_suffix(".json"))
+    try:
+        job = CompileJob.read(Path(argv[0]))
+        elf, consulted = compile_row(job)
+        result.write_bytes(elf)
+        # Peak resident memory of this compile process (KiB on Linux; a forked child counts the pages
+        # it shares with its warm parent too).
+        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        ProcessRecord(tuple(consulted.read), tuple(consulted.lookups), loaded_farm_files(),
+                      peak_kib).write(result.with_suffix(".json"))
+    finally:
+        COMPILE.write(result.parent / COMPILE_FILE)
     return 0
