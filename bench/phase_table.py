@@ -20,8 +20,10 @@ class PhaseRecord(TypedDict):
     seconds: float
 
 
-# The contract's worker phases in time order ("other": what could not be attributed), then the driver's.
-WORKER_PHASES = ("prepare", "fork", "front_end", "mlir_passes", "handoff", "codegen", "link", "return", "other")
+# The contract's worker phases in time order ("warmup": a row that started its worker's warm server; "other":
+# what could not be attributed), then the driver's.
+WORKER_PHASES = ("prepare", "warmup", "fork", "front_end", "mlir_passes", "handoff", "codegen", "link", "return",
+                 "other")
 DRIVER_PHASES = ("ray_return", "verify", "write")
 # In one process that compiles row after row there is no fork, hand-off or return, and codegen runs with
 # its link inside one call: the in-process way is measured as these three.
@@ -83,7 +85,7 @@ def render(in_process: Mapping[str, float], farm: Mapping[str, float], in_rows: 
     the in-process codegen+link), then the worker total, and the total with the driver's phases."""
     lines = [f"  {'phase (mean s/row)':20}{'in-process':>10}{'farm':>10}   "
              f"(rows with phases: in-process {in_rows}, farm {farm_rows})"]
-    names = [*WORKER_PHASES[:5], "codegen+link", *WORKER_PHASES[5:], *DRIVER_PHASES]
+    names = [*WORKER_PHASES[:6], "codegen+link", *WORKER_PHASES[6:], *DRIVER_PHASES]
     extra = sorted(set(farm) - set(names))  # names outside the contract are shown, never dropped
     for name in [*names, *extra]:
         ours, theirs = _value(in_process, name), _value(farm, name)

@@ -1,233 +1,129 @@
-"""Build the same rows four ways (three ways of compiling, the farm on two clusters), one after another
-in one run, and print how they compare.
+"""Build the same rows three ways in one run and print how the farm's default path compares.
 
-    python bench/throughput.py [farm selection overrides]      e.g. ops=[rmsnorm] targets=[gfx942]
+    python bench/throughput.py [--private] [farm selection overrides]     e.g. ops=[rmsnorm] targets=[gfx942]
 
 (a) sequential: one process per target compiling its rows in sequence (imports once, no isolation),
-    up to one such process per core at a time: how per-target generator scripts work;
+    up to one such process per core at a time: how per-target generator scripts work. Its per-row
+    compile seconds are the in-process reference of the tax, and it records each row's in-process
+    phases (front end, MLIR passes, codegen with link);
 (b) fresh:      one fresh interpreter per row (`python -m farm.worker.zygote --fresh`), one per core at a
     time: how `make -j` over per-kernel compile commands works;
-(c) farm:       `farm build` into a private outputs directory, twice:
-    farm-private   on a private local Ray cluster that the build starts and stops (a build from nothing);
-    farm-standing  on the standing local cluster (`farm cluster up`, started before and not timed: it is
-                   a daemon that serves every build until `farm cluster down`; its start time is printed).
+(c) farm:       `farm build` on the defaults (run the bench with CI unset: CI=true turns auto-start off),
+    into a fresh outputs directory, twice: first the warm-up build (it may start the standing cluster's
+    daemon; printed, not used in the ratios), then the measured build of the same rows. The output says
+    which cluster each ran on. A daemon the bench's builds started is stopped at the end
+    (`farm cluster down`); one that was up before the bench is used and left up.
+--private adds a reference line: `farm build executor.standing=false` (a private cluster per build).
 
-The limit is the sum of the pure compile times (trace + lower + link per row, measured in (a)) over
-the cores; the farm's efficiency is that limit over its wall time. An isolated compile costs more
-than one in a process that compiled the row before it, so the bench also prints each farm way's
-scheduling efficiency: its own isolated compile seconds (from its build report) over the cores,
-over its wall time. Peak memory is the largest sum
-of resident set sizes over the whole process tree of each way (for farm-standing: the build's tree
-plus the standing cluster's; shared pages count once per process, so it is an upper bound).
-The line before the last gives farm-private's ratios; the last line, farm-standing's, is machine-readable:
-    farm_vs_fresh=X farm_vs_sequential=Y efficiency=Z peak_gib=M
+Numbers, all from the measured farm build and the sequential way of the same run:
+    tax         = the farm's isolated compile seconds per row (mean of its report rows' compile_seconds)
+                  over the in-process compile seconds per row (the sequential way);
+    efficiency  = the farm's isolated compile seconds summed, over the cores, over the farm's wall time;
+    peak_gib    = the largest summed resident memory of the build's process tree plus the standing daemon's
+                  (shared pages count once per process: an upper bound).
+It prints the phase breakdown (mean seconds per row per phase) of the in-process way and the farm's
+(its report rows' worker and driver phases) side by side, checks that every way made byte-identical
+objects (and compares them with outputs.sha256), and ends with one machine-readable line:
+    farm_vs_fresh=X farm_vs_sequential=Y efficiency=Z tax=T peak_gib=M
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
-import time
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-import psutil
-from fresh_compile import compile_fresh, private_env
+import phase_table
+from farm_way import FarmRun, ci_note, default_path, farm_build, file_name
+from ways import WayRun, way_fresh, way_sequential
 
-from farm.build import compile_request
-from farm.execute import standing
 from farm.table import config as config_mod
 from farm.table.expand import fresh_rows
 from farm.table.rows import Row
 
-HERE = Path(__file__).resolve().parent
+
+def _print_way(name: str, run: WayRun | FarmRun, rows: int, note: str = "") -> None:
+    print(f"  {name:14} {run.wall:8.1f} s  {rows / run.wall:6.2f} rows/s  peak {run.peak_gib:.2f} GiB{note}",
+          flush=True)
 
 
-class PeakMemory:
-    """Samples the resident memory of processes and all their descendants until stopped."""
-
-    def __init__(self, *pids: int, interval_s: float = 0.1) -> None:
-        self.roots = [psutil.Process(pid) for pid in pids]
-        self.interval_s = interval_s
-        self.peak_bytes = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            total = 0
-            for root in self.roots:
-                try:
-                    for proc in [root, *root.children(recursive=True)]:
-                        try:
-                            total += proc.memory_info().rss
-                        except psutil.Error:
-                            pass
-                except psutil.Error:
-                    pass
-            self.peak_bytes = max(self.peak_bytes, total)
-            self._stop.wait(self.interval_s)
-
-    def stop(self) -> float:
-        self._stop.set()
-        self._thread.join()
-        return self.peak_bytes / 2**30
+def _golden(root: Path, rows: list[Row]) -> dict[str, str]:
+    """The recorded SHA256 of each row's object (outputs.sha256), by the bench's file name."""
+    path = root / "outputs.sha256"
+    recorded = dict(reversed(line.split(None, 1)) for line in path.read_text().splitlines() if line.strip())
+    wanted = {f"{r.op}/{r.target}/{r.file_name}": file_name(r.key) for r in rows}
+    return {wanted[rel.strip()]: digest for rel, digest in recorded.items() if rel.strip() in wanted}
 
 
-def _file_name(key: str) -> str:
-    return key.replace("/", "__") + ".hsaco"
+def _identity_lines(ways: dict[str, dict[str, bytes]], golden: dict[str, str], count: int) -> list[str]:
+    """One line per way: how many of its objects equal the sequential way's, and outputs.sha256's digests."""
+    reference = ways["sequential"]
+    lines = []
+    for name, objects in ways.items():
+        same = sum(objects.get(k) == v for k, v in reference.items())
+        recorded = sum(hashlib.sha256(v).hexdigest() == golden.get(k) for k, v in objects.items())
+        lines.append(f"  objects of {name:14} identical to sequential's: {same}/{count}; "
+                     f"to outputs.sha256: {recorded}/{len(golden)}")
+    return lines
 
 
-def way_sequential(cfg: config_mod.FarmConfig, rows: list[Row], work: Path, cores: int) -> dict[str, Any]:
-    by_target: dict[str, list[Row]] = {}
-    for row in rows:
-        by_target.setdefault(row.target, []).append(row)
-    out = work / "objects"
-    out.mkdir(parents=True)
-    peak = PeakMemory(psutil.Process().pid)
-
-    def one_target(target: str) -> dict[str, float]:
-        tdir = work / target
-        requests = [compile_request(cfg, r) for r in by_target[target]]
-        job = {"target": requests[0].to_json()["target"], "kernels_root": str(cfg.kernels_dir), "out_dir": str(out),
-               "seconds_file": str(work / f"{target}.seconds.json"), "requests": [r.to_json() for r in requests]}
-        (work / f"{target}.json").write_text(json.dumps(job))
-        env = private_env(tdir, requests[0].target, cfg.toolchain_pin.get("linker"))
-        proc = subprocess.run([sys.executable, str(HERE / "sequential_generator.py"), str(work / f"{target}.json")],
-                              cwd=tdir, env=env, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise SystemExit(f"sequential generator for {target} failed:\n{proc.stderr[-3000:]}")
-        return json.loads(Path(job["seconds_file"]).read_text())
-
-    started = time.monotonic()
-    seconds: dict[str, float] = {}
-    with ThreadPoolExecutor(max_workers=min(cores, len(by_target))) as pool:
-        for part in pool.map(one_target, sorted(by_target)):
-            seconds.update(part)
-    wall = time.monotonic() - started
-    return {"wall": wall, "peak_gib": peak.stop(), "seconds": seconds, "objects": _objects(out)}
+def _phase_lines(seq: WayRun, farm: FarmRun) -> list[str]:
+    in_process, in_rows = phase_table.mean_per_row(seq.phases.values())
+    farm_means, farm_rows = phase_table.mean_per_row(phase_table.farm_rows_phases(farm.report_rows))
+    lines = phase_table.render(in_process, farm_means, in_rows, farm_rows)
+    phased, worker = phase_table.coverage(farm.report_rows)
+    if worker:
+        lines.append(f"  (the farm's worker phases cover {phased:.2f} s of its rows' {worker:.2f} worker seconds)")
+    return lines
 
 
-def way_fresh(cfg: config_mod.FarmConfig, rows: list[Row], work: Path, cores: int) -> dict[str, Any]:
-    out = work / "objects"
-    out.mkdir(parents=True)
-    peak = PeakMemory(psutil.Process().pid)
-
-    def one_row(index_row: tuple[int, Row]) -> None:
-        index, row = index_row
-        compile_fresh(cfg, row, work / f"row{index}", out / _file_name(row.key))
-
-    started = time.monotonic()
-    with ThreadPoolExecutor(max_workers=cores) as pool:
-        list(pool.map(one_row, enumerate(rows)))
-    wall = time.monotonic() - started
-    return {"wall": wall, "peak_gib": peak.stop(), "objects": _objects(out)}
-
-
-def way_farm(overrides: list[str], rows: list[Row], work: Path, standing: dict[str, Any] | None) -> dict[str, Any]:
-    outputs = work / "outputs"
-    command = [sys.executable, "-m", "farm.cli", "build", *overrides, f"outputs_dir={outputs}",
-               f"report_dir={work / 'reports'}", f"executor.standing={'true' if standing else 'false'}"]
-    started = time.monotonic()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = PeakMemory(proc.pid, *([int(standing["pid"])] if standing else []))
-    stdout, stderr = proc.communicate()
-    wall = time.monotonic() - started
-    peak_gib = peak.stop()
-    if proc.returncode != 0:
-        raise SystemExit(f"farm build failed:\n{stdout}\n{stderr[-3000:]}")
-    if standing and "using the standing cluster" not in stderr:
-        raise SystemExit(f"farm build did not use the standing cluster:\n{stderr[-3000:]}")
-    objects = {_file_name(r.key): (outputs / r.op / r.target / r.file_name).read_bytes() for r in rows}
-    report = json.loads((work / "reports" / "latest-build.json").read_text())
-    isolated = sum(r["compile_seconds"] for r in report["rows"])
-    return {"wall": wall, "peak_gib": peak_gib, "objects": objects, "isolated_compile_s": isolated}
-
-
-def _objects(out: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in out.glob("*.hsaco")}
-
-
-@contextmanager
-def standing_cluster(root: Path, overrides: list[str]) -> Iterator[tuple[dict[str, Any], float | None]]:
-    """The project's standing cluster and the seconds `farm cluster up` took (None: it was already up,
-    and is left up)."""
-    state = standing.running(root)
-    if state:
-        yield state, None
-        return
-    selection = [o for o in overrides if o.startswith("executor.")]
-    started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "farm.cli", "cluster", "up", *selection], check=True,
-                   stdout=subprocess.DEVNULL)
-    seconds = time.monotonic() - started
-    try:
-        state = standing.running(root)
-        if not state:
-            raise SystemExit("farm cluster up returned but no standing cluster is running")
-        yield state, seconds
-    finally:
-        subprocess.run([sys.executable, "-m", "farm.cli", "cluster", "down"], stdout=subprocess.DEVNULL)
-
-
-def _ratios(way: dict[str, Any], fresh: dict[str, Any], seq: dict[str, Any], limit: float) -> str:
-    return (f"farm_vs_fresh={fresh['wall'] / way['wall']:.2f} farm_vs_sequential={seq['wall'] / way['wall']:.2f} "
-            f"efficiency={limit / way['wall']:.2f} peak_gib={way['peak_gib']:.2f}")
-
-
-def main(overrides: list[str]) -> int:
+def main(argv: list[str]) -> int:
+    private = "--private" in argv
+    overrides = [a for a in argv if a != "--private"]
     cfg = config_mod.load(config_mod.find_project_root(), overrides)
     rows, _ = fresh_rows(cfg)
     if not rows:
         raise SystemExit("the selection has no rows")
     cores = int(cfg.executor.get("num_cpus") or os.cpu_count() or 1)
-    families = sorted({r.op for r in rows})
-    print(f"bench: {len(rows)} rows ({', '.join(families)}) on {len(set(r.target for r in rows))} target(s), "
-          f"{cores} cores", flush=True)
-    root = Path(tempfile.mkdtemp(prefix="farm-bench-"))
-    results: dict[str, dict[str, Any]] = {}
-
-    def run(name: str, way: Any) -> None:
-        (root / name).mkdir()
-        results[name] = way(root / name)
-        print(f"  {name:14} {results[name]['wall']:8.1f} s  {len(rows) / results[name]['wall']:6.2f} rows/s  "
-              f"peak {results[name]['peak_gib']:.2f} GiB", flush=True)
-
+    print(f"bench: {len(rows)} rows ({', '.join(sorted({r.op for r in rows}))}) on "
+          f"{len(set(r.target for r in rows))} target(s), {cores} cores", flush=True)
+    if ci_note():
+        print(f"  note: {ci_note()}", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="farm-bench-"))
     try:
-        run("sequential", lambda w: way_sequential(cfg, rows, w, cores))
-        run("fresh", lambda w: way_fresh(cfg, rows, w, cores))
-        run("farm-private", lambda w: way_farm(overrides, rows, w, None))
-        with standing_cluster(cfg.root, overrides) as (state, up_seconds):
-            print("  (standing cluster " + (f"started in {up_seconds:.1f} s, not counted below)" if up_seconds
-                                            else "was already up)"), flush=True)
-            run("farm-standing", lambda w: way_farm(overrides, rows, w, state))
+        seq = way_sequential(cfg, rows, work / "sequential", cores)
+        _print_way("sequential", seq, len(rows))
+        fresh = way_fresh(cfg, rows, work / "fresh", cores)
+        _print_way("fresh", fresh, len(rows))
+        with default_path(cfg.root) as was_up:
+            warm = farm_build(overrides, rows, work / "farm-warmup", cfg.root)
+            _print_way("farm warm-up", warm, len(rows), f"  on the {warm.cluster} cluster"
+                       + (" (already up before the bench)" if was_up and warm.cluster == "standing" else "")
+                       + "; not in the ratios")
+            farm = farm_build(overrides, rows, work / "farm", cfg.root)
+            _print_way("farm", farm, len(rows), f"  on the {farm.cluster} cluster; measured")
+        ways = {"sequential": seq.objects, "fresh": fresh.objects, "farm warm-up": warm.objects, "farm": farm.objects}
+        if private:
+            ref = farm_build(overrides, rows, work / "farm-private", cfg.root, ("executor.standing=false",))
+            _print_way("farm-private", ref, len(rows), "  reference only (executor.standing=false)")
+            ways["farm-private"] = ref.objects
     finally:
-        shutil.rmtree(root, ignore_errors=True)
-    fresh, seq = results["fresh"], results["sequential"]
-    pure = sum(seq["seconds"].values())
-    limit = pure / cores
-    print(f"  pure compile time {pure:.1f} s summed, {pure / len(rows):.2f} s per row; "
-          f"limit on {cores} cores {limit:.1f} s")
-    for name in ("farm-private", "farm-standing"):
-        isolated = results[name]["isolated_compile_s"]
-        print(f"  {name}: its isolated compiles took {isolated:.1f} s summed ({isolated / len(rows):.2f} s per row); "
-              f"scheduling efficiency {isolated / cores / results[name]['wall']:.2f} (that sum over the cores, "
-              "over its wall time: what Ray, the driver and start-up cost beyond the compiles)")
-    for name in ("farm-private", "farm-standing"):
-        same_fresh = sum(results[name]["objects"][k] == v for k, v in fresh["objects"].items())
-        same_seq = sum(results[name]["objects"][k] == v for k, v in seq["objects"].items())
-        print(f"  objects identical to {name}'s: fresh {same_fresh}/{len(rows)}, sequential {same_seq}/{len(rows)}")
-    print(f"farm-private: {_ratios(results['farm-private'], fresh, seq, limit)}")
-    print(_ratios(results["farm-standing"], fresh, seq, limit))
+        shutil.rmtree(work, ignore_errors=True)
+    pure = sum(seq.seconds.values())
+    in_process = pure / len(rows)
+    isolated = farm.isolated_compile_s / max(farm.compiled_rows, 1)
+    print(f"  in-process compile {pure:.1f} s summed, {in_process:.3f} s per row; the farm's isolated compiles "
+          f"{farm.isolated_compile_s:.1f} s summed over {farm.compiled_rows} rows, {isolated:.3f} s per row")
+    for line in _phase_lines(seq, farm):
+        print(line)
+    for line in _identity_lines(ways, _golden(cfg.root, rows), len(rows)):
+        print(line)
+    efficiency = farm.isolated_compile_s / cores / farm.wall
+    print(f"farm_vs_fresh={fresh.wall / farm.wall:.2f} farm_vs_sequential={seq.wall / farm.wall:.2f} "
+          f"efficiency={efficiency:.2f} tax={isolated / in_process:.2f} peak_gib={farm.peak_gib:.2f}")
     return 0
 
 
