@@ -54,7 +54,7 @@ def _golden(root: Path, rows: list[Row]) -> dict[str, str]:
     """The recorded SHA256 of each row's object (outputs.sha256), by the bench's file name."""
     path = root / "outputs.sha256"
     recorded = dict(reversed(line.split(None, 1)) for line in path.read_text().splitlines() if line.strip())
-    wanted = {f"{r.op}/{r.target}/{r.file_name}": file_name(r.key) for r in rows}
+    wanted = {r.relpath(): file_name(r.key) for r in rows}
     return {wanted[rel.strip()]: digest for rel, digest in recorded.items() if rel.strip() in wanted}
 
 
@@ -78,6 +78,15 @@ def _phase_lines(seq: WayRun, farm: FarmRun) -> list[str]:
     if worker:
         lines.append(f"  (the farm's worker phases cover {phased:.2f} s of its rows' {worker:.2f} worker seconds)")
     return lines
+
+
+def summary(seq: WayRun, fresh: WayRun, farm: FarmRun, cores: int) -> str:
+    """The last line: the measured farm build against the same run's reference ways."""
+    in_process = sum(seq.seconds.values()) / len(seq.seconds)
+    isolated = farm.isolated_compile_s / farm.compiled_rows
+    efficiency = farm.isolated_compile_s / cores / farm.wall
+    return (f"farm_vs_fresh={fresh.wall / farm.wall:.2f} farm_vs_sequential={seq.wall / farm.wall:.2f} "
+            f"efficiency={efficiency:.2f} tax={isolated / in_process:.2f} peak_gib={farm.peak_gib:.2f}")
 
 
 def main(argv: list[str]) -> int:
@@ -113,17 +122,14 @@ def main(argv: list[str]) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     pure = sum(seq.seconds.values())
-    in_process = pure / len(rows)
-    isolated = farm.isolated_compile_s / max(farm.compiled_rows, 1)
-    print(f"  in-process compile {pure:.1f} s summed, {in_process:.3f} s per row; the farm's isolated compiles "
-          f"{farm.isolated_compile_s:.1f} s summed over {farm.compiled_rows} rows, {isolated:.3f} s per row")
+    print(f"  in-process compile {pure:.1f} s summed, {pure / len(rows):.3f} s per row; the farm's isolated compiles "
+          f"{farm.isolated_compile_s:.1f} s summed over {farm.compiled_rows} rows, "
+          f"{farm.isolated_compile_s / max(farm.compiled_rows, 1):.3f} s per row")
     for line in _phase_lines(seq, farm):
         print(line)
     for line in _identity_lines(ways, _golden(cfg.root, rows), len(rows)):
         print(line)
-    efficiency = farm.isolated_compile_s / cores / farm.wall
-    print(f"farm_vs_fresh={fresh.wall / farm.wall:.2f} farm_vs_sequential={seq.wall / farm.wall:.2f} "
-          f"efficiency={efficiency:.2f} tax={isolated / in_process:.2f} peak_gib={farm.peak_gib:.2f}")
+    print(summary(seq, fresh, farm, cores))
     return 0
 
 

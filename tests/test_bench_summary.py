@@ -1,0 +1,52 @@
+"""bench/throughput.py: the last line's numbers and the byte-identity lines, from fabricated runs."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+import throughput  # noqa: E402  (bench/ is scripts, not a package)
+from farm_way import FarmRun  # noqa: E402
+from ways import WayRun  # noqa: E402
+
+from farm.table.rows import Row  # noqa: E402
+
+
+def _farm(wall: float, compile_seconds: list[float], peak: float = 3.0) -> FarmRun:
+    rows = [{"key": f"op/t/r{i}", "ok": True, "compile_seconds": s} for i, s in enumerate(compile_seconds)]
+    rows.append({"key": "op/t/old", "ok": True, "reverified": True})  # no compile: not counted
+    return FarmRun(wall, peak, {}, rows, "standing")  # type: ignore[arg-type]  (fabricated report rows)
+
+
+def test_summary_is_the_issue_line_from_one_run() -> None:
+    seq = WayRun(wall=12.0, peak_gib=0.5, objects={}, seconds={"a": 0.1, "b": 0.3})  # 0.2 s per row in process
+    fresh = WayRun(wall=60.0, peak_gib=1.5, objects={})
+    farm = _farm(wall=8.0, compile_seconds=[0.2, 0.3, 0.25, 0.25])  # 1.0 s summed, 0.25 s per row
+    line = throughput.summary(seq, fresh, farm, cores=2)
+    assert line == "farm_vs_fresh=7.50 farm_vs_sequential=1.50 efficiency=0.06 tax=1.25 peak_gib=3.00"
+
+
+def test_efficiency_is_isolated_compile_seconds_over_cores_over_wall() -> None:
+    seq = WayRun(wall=10.0, peak_gib=0.5, objects={}, seconds={"a": 1.0})
+    farm = _farm(wall=5.0, compile_seconds=[4.5, 4.5])  # 9 s of compiles on 2 cores in 5 s
+    fields = dict(item.split("=") for item in throughput.summary(seq, seq, farm, cores=2).split())
+    assert fields["efficiency"] == "0.90" and fields["tax"] == "4.50"
+
+
+def test_identity_lines_count_objects_equal_to_the_sequential_way_and_the_golden_digests() -> None:
+    good, bad = b"\x7fELF good", b"\x7fELF other"
+    golden = {"a.hsaco": hashlib.sha256(good).hexdigest(), "b.hsaco": hashlib.sha256(good).hexdigest()}
+    ways = {"sequential": {"a.hsaco": good, "b.hsaco": good}, "farm": {"a.hsaco": good, "b.hsaco": bad}}
+    lines = throughput._identity_lines(ways, golden, 2)
+    assert lines[0].endswith("identical to sequential's: 2/2; to outputs.sha256: 2/2")
+    assert lines[1].endswith("identical to sequential's: 1/2; to outputs.sha256: 1/2")
+
+
+def test_golden_digests_are_read_for_the_bench_rows_only(tmp_path: Path) -> None:
+    (tmp_path / "outputs.sha256").write_text(
+        "aa  op/gfx942/one.hsaco\nbb  op/gfx942/manifest.json\ncc  op/gfx942/two.hsaco\n")
+    row = Row(op="op", target="gfx942", name="one", group="g", knobs={}, allow={})
+    assert throughput._golden(tmp_path, [row]) == {"op__gfx942__one.hsaco": "aa"}
