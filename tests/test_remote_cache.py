@@ -1,0 +1,136 @@
+"""The remote cache (farm/restore/): after `rm -rf outputs`, `farm build` fetches every row whose published
+object is current from the DVC cache or remote instead of compiling it, verified like a fresh compile.
+One small build (gfx942, 6 objects) is pushed to a local remote once and cloned without its outputs."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import run_farm, small_copy
+
+from farm.assure import audit as audit_mod
+from farm.cli.selection import load, selected_rows
+
+SEL = "targets=[gfx942]"
+TARGET_DIR = "rmsnorm/gfx942"
+ONE = "rmsnorm_f32_infer_generic"
+
+
+def tree_bytes(outputs: Path) -> dict[str, bytes]:
+    return {p.relative_to(outputs).as_posix(): p.read_bytes() for p in sorted(outputs.rglob("*")) if p.is_file()}
+
+
+def latest_report(project: Path) -> dict:
+    return json.loads((project / ".farm" / "reports" / "latest-build.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small table built for gfx942 and pushed to the default local remote (.farm/dvc-remote)."""
+    project = small_copy(tmp_path_factory.mktemp("cache-src"))
+    run_farm(project, "expand", check=True)
+    run_farm(project, "build", SEL, check=True)
+    run_farm(project, "push", SEL, check=True)
+    return project
+
+
+def clone(src: Path, dest: Path, remote: Path | None = None) -> tuple[Path, str]:
+    """A checkout as git carries it (sources, table, pointer, committed DVC config): no outputs/, no DVC
+    cache. Returns it and the override that reaches `remote` (default: the source's own remote)."""
+    for name in ("conf", "kernels_src", "instances"):
+        shutil.copytree(src / name, dest / name)
+    for name in ("outputs.dvc", ".dvcignore", ".dvc/config", ".dvc/.gitignore"):
+        if (src / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src / name, dest / name)
+    return dest, f"remote.url={remote or src / '.farm' / 'dvc-remote'}"
+
+
+def blob_path(src: Path, remote: Path, relpath: str) -> Path:
+    """Where the local remote keeps outputs/<relpath> (md5 from the pointer's listing in the DVC cache)."""
+    md5 = re.search(r"md5: (\w+)\.dir", (src / "outputs.dvc").read_text()).group(1)
+    listing = json.loads((src / ".dvc/cache/files/md5" / md5[:2] / (md5[2:] + ".dir")).read_text())
+    blob = next(e["md5"] for e in listing if e["relpath"] == relpath)
+    return remote / "files" / "md5" / blob[:2] / blob[2:]
+
+
+def test_rows_come_back_from_the_remote_identical_and_none_compiles(published: Path, tmp_path: Path) -> None:
+    project, remote = clone(published, tmp_path / "p")
+    proc = run_farm(project, "build", SEL, remote)
+    assert proc.returncode == 0, proc.stderr
+    assert "compiled 0, restored 6, failed 0, up to date 0" in proc.stderr
+    assert "restored 6 of 6 rows from outputs.dvc" in proc.stderr
+    # Objects, manifest.json and SOURCE.md: the same bytes as the build that was published.
+    assert tree_bytes(project / "outputs") == tree_bytes(published / "outputs")
+    report = latest_report(project)
+    assert report["built"] == 0 and report["restored"] == 6
+    assert all(r["restored"] and r["written"] for r in report["rows"])
+    assert run_farm(project, "check", SEL).returncode == 0
+    again = run_farm(project, "build", SEL, remote)
+    assert "built 0, failed 0, up to date 6" in again.stderr
+
+
+def test_a_corrupted_blob_is_refused_and_its_row_compiles(published: Path, tmp_path: Path) -> None:
+    remote = tmp_path / "remote"
+    shutil.copytree(published / ".farm" / "dvc-remote", remote)
+    victim = f"{TARGET_DIR}/{ONE}.hsaco"
+    blob = blob_path(published, remote, victim)
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    blob.chmod(0o644)
+    blob.write_bytes(bytes(data))
+    project, remote_arg = clone(published, tmp_path / "p", remote)
+    proc = run_farm(project, "build", SEL, remote_arg)
+    assert proc.returncode == 0, proc.stderr
+    refused = [line for line in proc.stderr.splitlines() if "REFUSED cached" in line]
+    assert len(refused) == 1 and f"outputs/{victim}" in refused[0], proc.stderr
+    assert "compiled 1, restored 5, failed 0" in proc.stderr
+    assert tree_bytes(project / "outputs") == tree_bytes(published / "outputs")
+
+
+def test_a_stale_cached_entry_compiles(published: Path, tmp_path: Path) -> None:
+    project, remote = clone(published, tmp_path / "p")
+    entry = json.loads((published / "outputs" / TARGET_DIR / "manifest.json").read_text())["objects"][0]
+    changed = project / "kernels_src" / sorted(entry["inputs"]["sources"])[0]  # a source every row read
+    changed.write_text(changed.read_text() + "\n# changed after publishing\n")
+    proc = run_farm(project, "build", SEL, f"names=[{ONE}]", remote)
+    assert proc.returncode == 0, proc.stderr
+    assert "compiled 1, restored 0, failed 0" in proc.stderr
+
+
+def test_restore_off_compiles(published: Path, tmp_path: Path) -> None:
+    project, remote = clone(published, tmp_path / "p")
+    proc = run_farm(project, "build", SEL, f"names=[{ONE}]", remote, "cache.restore=false")
+    assert proc.returncode == 0, proc.stderr
+    assert "built 1, failed 0" in proc.stderr and "restored" not in proc.stderr
+    assert latest_report(project)["restored"] == 0
+    bad = run_farm(project, "build", SEL, remote, "cache.restore=maybe")
+    assert bad.returncode == 2 and "cache.restore='maybe' is not true or false" in bad.stderr
+
+
+def test_audit_compiles_for_real(published: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    project, remote = clone(published, tmp_path / "p")
+    run_farm(project, "build", SEL, remote, check=True)  # the audited tree: restored from the remote
+    rebuilds: list[dict] = []
+    real_run = subprocess.run
+
+    def keep_rebuild_report(command: list[str], **kwargs: object) -> subprocess.CompletedProcess:
+        proc = real_run(command, **kwargs)
+        reports = next(a.split("=", 1)[1] for a in command if a.startswith("report_dir="))
+        rebuilds.append(json.loads((Path(reports) / "latest-build.json").read_text()))
+        return proc
+
+    monkeypatch.setenv("FARM_PROJECT", str(project))
+    monkeypatch.setattr(audit_mod.subprocess, "run", keep_rebuild_report)
+    words = [SEL, f"names=[{ONE}]", remote]
+    cfg = load(words)
+    rows, every = selected_rows(cfg)
+    out = io.StringIO()
+    assert audit_mod.audit(cfg, rows, every, words, out=out) == 0, out.getvalue()
+    assert len(rebuilds) == 1 and rebuilds[0]["built"] == 1 and rebuilds[0]["restored"] == 0
