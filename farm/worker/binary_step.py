@@ -12,11 +12,12 @@ So the compile process stops before `gpu-module-to-binary`, prints the module, a
 it and runs that one pass in a process whose whole history is the same for every row: a fork of a
 server that only imported FlyDSL's compiler (`serve`; it never traces a kernel), or a fresh
 interpreter (`main`).
-The compile process reaches this step through FlyDSL's own external-toolchain hook: with
-FLYDSL_COMPILE_LLVM_DIR set, FlyDSL writes the gpu.module to a file and runs `<dir>/bin/mlir-opt` on it
-for the binary pass; the farm's `mlir-opt` (`write_mlir_opt`) is a small script that hands the job to
-the binary server (or does it itself, as a fresh interpreter). FlyDSL then puts the resulting
-`gpu.binary` op in place of the `gpu.module` and continues as usual.
+The compile process reaches this step from FlyDSL's external-codegen mode (FLYDSL_COMPILE_LLVM_DIR set:
+FlyDSL stops before the binary pass), through the farm's binary step (farm/worker/flydsl_compat.py
+`use_external_codegen`): it prints the gpu.module as FlyDSL's own external step would, and
+`run_in_own_process`, still in the compile process, writes it to the row's directory and asks the binary
+server over its socket (no process of its own in between), or, without a server, runs a fresh
+interpreter. The returned `gpu.binary` op takes the `gpu.module`'s place and FlyDSL continues as usual.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import gc
 import json
 import os
 import selectors
-import shlex
 import signal
 import socket
 import subprocess
@@ -52,8 +52,8 @@ def _seconds_left(deadline_unix: float | None) -> float | None:
 
 def codegen(module_text: str, fragment: str, timeline: Timeline) -> str:
     """Parse `module_text`, run the binary fragment, return the module (now holding gpu.binary) as text."""
-    # Imported here, not at the top: the `mlir-opt` client that only forwards a job to the server must
-    # start in milliseconds, without FlyDSL.
+    # Imported here, not at the top: the worker (isolate.py) imports this module for its names, and must
+    # not load FlyDSL.
     from farm.worker import flydsl_compat
 
     return flydsl_compat.run_binary_pass(module_text, f"builtin.module({fragment})", timeline)
@@ -117,60 +117,6 @@ def _run_job(job_path: str) -> int:
     return 0
 
 
-# The farm's `mlir-opt` for FlyDSL's external-codegen hook (FLYDSL_COMPILE_LLVM_DIR=<dir>): FlyDSL runs
-# `<dir>/bin/mlir-opt IN --pass-pipeline=builtin.module(FRAGMENT) -o OUT [LLVM options]`.
-MLIR_OPT = """#!/bin/sh
-exec {python} -m farm.worker.binary_step --mlir-opt "$@"
-"""
-
-
-def write_mlir_opt(llvm_dir: Path) -> Path:
-    """Write the farm's `mlir-opt` under `llvm_dir`/bin; returns `llvm_dir`."""
-    tool = llvm_dir / "bin" / "mlir-opt"
-    tool.parent.mkdir(parents=True, exist_ok=True)
-    tool.write_text(MLIR_OPT.format(python=shlex.quote(sys.executable)))
-    tool.chmod(0o755)
-    return llvm_dir
-
-
-def mlir_opt(argv: list[str]) -> int:
-    """The farm's `mlir-opt`: the binary pass on one file, in the binary server (or in this process)."""
-    src, out, pipeline, extra = _mlir_opt_args(argv)
-    if extra:  # FlyDSL passes compile hints' llvm_options here; the farm's kernels set none
-        sys.stderr.write(f"farm mlir-opt: LLVM options {extra} are not supported (the codegen server does not "
-                         "apply per-compile LLVM options)\n")
-        return 2
-    prefix, suffix = "builtin.module(", ")"
-    if not (pipeline.startswith(prefix + BINARY_PASS) and pipeline.endswith(suffix)):
-        sys.stderr.write(f"farm mlir-opt: only builtin.module({BINARY_PASS}...) runs here, not {pipeline!r}\n")
-        return 2
-    try:
-        _codegen_files(src, out, pipeline[len(prefix):-len(suffix)], src.parent)
-    except RuntimeError as exc:
-        sys.stderr.write(f"{exc}\n")
-        return 1
-    return 0
-
-
-def _mlir_opt_args(argv: list[str]) -> tuple[Path, Path, str, list[str]]:
-    """(input, output, pipeline, other options) of an mlir-opt command line as FlyDSL writes it."""
-    src = out = None
-    pipeline, extra = "", []
-    items = iter(argv)
-    for arg in items:
-        if arg.startswith("--pass-pipeline="):
-            pipeline = arg.split("=", 1)[1]
-        elif arg == "-o":
-            out = Path(next(items))
-        elif arg.startswith("-"):
-            extra.append(arg)
-        else:
-            src = Path(arg)
-    if src is None or out is None or not pipeline:
-        raise SystemExit(f"farm mlir-opt: expected IN --pass-pipeline=... -o OUT, got {argv}")
-    return src, out, pipeline, extra
-
-
 def _run_child(job_path: str) -> int:
     """In the forked child: its output goes to the job's log, and it has a time limit of its own."""
     gc.disable()
@@ -223,8 +169,6 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--serve"]:
         serve(argv[1])
         return 0
-    if argv[:1] == ["--mlir-opt"]:
-        return mlir_opt(argv[1:])
     return _run_job(argv[0])
 
 

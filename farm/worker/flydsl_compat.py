@@ -1,16 +1,20 @@
 """Every way the farm reaches into FlyDSL (flydsl==0.3.4), in one place.
 
 Public faces first: the farm's pipeline changes are a compile backend registered through FlyDSL's backend
-registry (`register_backend`), and LLVM code generation runs outside the compile process through FlyDSL's
-external-toolchain hook (FLYDSL_COMPILE_LLVM_DIR, an `mlir-opt` the farm provides: farm/worker/binary_step.py).
+registry (`register_backend`), and FlyDSL's external-codegen mode (FLYDSL_COMPILE_LLVM_DIR set) stops its
+pipeline before the binary pass (`gpu-module-to-binary`), which the farm then runs in a process of its own
+(farm/worker/binary_step.py).
 
 What is still private, each marked `PRIVATE:` with why and what public API would replace it:
 - `flydsl._mlir` (the MLIR bindings FlyDSL bundles): parse a module, run one pass, read a gpu.binary;
 - `jit_function._create_mlir_context`: the context FlyDSL compiles in (multithreading off, dialects loaded);
 - `JitFunction._last_compiled`: the module a COMPILE_ONLY call compiled;
 - the list of modules FlyDSL imports lazily during its first compile (the zygote preloads them);
-- `external_llvm.run_external_binary_codegen`: wrapped, to note when the hand-off to codegen starts
-  (farm/worker/phases.py), or replaced by an in-process codegen for the bench (`use_in_process_codegen`).
+- `external_llvm.run_external_binary_codegen`, FlyDSL's external binary step, replaced by the farm's
+  (`use_external_codegen`): FlyDSL's own runs `<dir>/bin/mlir-opt` as a process, which for the farm was a
+  script starting a Python client (~50 ms a row) only to forward the job to the codegen server; the farm's
+  step reaches that server from the compile process itself. The bench's in-process way replaces it with
+  the pass run in place (`use_in_process_codegen`).
 Re-check all of it when the pin moves.
 """
 
@@ -18,9 +22,9 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from functools import partial
 from typing import Any
 
 import flydsl.compiler  # noqa: F401  (loads the backends: the registry below needs `rocm`)
@@ -37,6 +41,7 @@ from flydsl.compiler.backends.rocm import RocmBackend
 # PRIVATE: the context FlyDSL itself compiles in (multithreading off, all dialects loaded). Codegen runs in
 # the same kind of context, as FlyDSL's own would; a public context factory would replace it.
 from flydsl.compiler.jit_function import _create_mlir_context
+from flydsl.utils import env as flydsl_env
 
 from farm.worker.phases import COMPILE, Timeline
 
@@ -102,34 +107,69 @@ def use_farm_backend(lowering_chipset: str) -> None:
     register_backend(BACKEND, FarmRocmBackend, force=True)
 
 
-def use_external_codegen(llvm_dir: Path) -> None:
-    """In the compile process: FlyDSL runs the binary pass through `llvm_dir`/bin/mlir-opt."""
-    os.environ[LLVM_DIR_ENV] = str(llvm_dir)
-    external_llvm.run_external_binary_codegen = _timed_external_codegen
+# A module's gpu.module as text, in: the same module holding its gpu.binary, as text, out.
+Codegen = Callable[[str, str], str]
 
 
-# PRIVATE: FlyDSL's external codegen step, which it imports from its module at each compile; the farm
-# wraps it (to note when the hand-off starts) or replaces it (in-process codegen for the bench). A public
-# "codegen step" hook on the backend would replace this.
-_FLYDSL_EXTERNAL_CODEGEN = external_llvm.run_external_binary_codegen
-
-
-def _timed_external_codegen(module: Any, binary_fragment: str, **options: Any) -> None:
-    COMPILE.switch("handoff")
-    _FLYDSL_EXTERNAL_CODEGEN(module, binary_fragment, **options)
+def use_external_codegen(codegen: Codegen) -> None:
+    """In the compile process: FlyDSL stops before the binary pass, and `codegen(module_text, fragment)`
+    runs it elsewhere (in a process of its own, binary_step.py)."""
+    os.environ[LLVM_DIR_ENV] = "farm"  # only its being set matters: FlyDSL's tool lookup is replaced below
+    external_llvm.run_external_binary_codegen = partial(_codegen_elsewhere, codegen)
 
 
 def use_in_process_codegen() -> None:
-    """For the bench's in-process compiles: FlyDSL splits its pipeline before the binary pass (the external
-    mode), and the farm runs that pass in this process, on FlyDSL's module, as FlyDSL's own pipeline
-    would (it runs inside FlyDSL's LLVM-options context, like the rest of the pipeline)."""
-    os.environ[LLVM_DIR_ENV] = "in-process"  # only its being set matters: the step below never runs a tool
-    external_llvm.run_external_binary_codegen = _in_process_codegen
+    """For the bench's in-process compiles: FlyDSL splits its pipeline before the binary pass, and the farm
+    runs that pass in this process, on FlyDSL's module, as FlyDSL's own pipeline would (inside FlyDSL's
+    LLVM-options context, like the rest of the pipeline)."""
+    os.environ[LLVM_DIR_ENV] = "in-process"
+    external_llvm.run_external_binary_codegen = _codegen_in_place
 
 
-def _in_process_codegen(module: Any, binary_fragment: str, **_options: Any) -> None:
+# PRIVATE (both steps below): they take the place of `external_llvm.run_external_binary_codegen`, which
+# FlyDSL imports from its module at each compile, with its signature (module, binary_fragment, *,
+# llvm_options, ...). A public "binary step" hook on the backend would replace the assignment.
+def _codegen_in_place(module: Any, binary_fragment: str, **_options: Any) -> None:
     COMPILE.switch("codegen")
     PassManager.parse(f"builtin.module({binary_fragment})").run(module.operation)
+    _keep_objects(_only(module, "gpu.binary"))
+
+
+def _codegen_elsewhere(codegen: Codegen, module: Any, binary_fragment: str, *, llvm_options: Any = None,
+                       **_options: Any) -> None:
+    """The gpu.module goes out as text exactly as FlyDSL's external step writes it (a module holding only
+    it, printed with FlyDSL's debug-info setting); its gpu.binary comes back in its place."""
+    COMPILE.switch("handoff")
+    if llvm_options:  # the farm's kernels set none; the codegen process has no per-compile LLVM options
+        raise RuntimeError(f"farm codegen: per-compile LLVM options {llvm_options} are not supported")
+    gpu_module = _only(module, "gpu.module")
+    alone = ir.Module.create(loc=ir.Location.unknown(module.context))
+    alone.operation.attributes["gpu.container_module"] = ir.UnitAttr.get(module.context)
+    ir.InsertionPoint.at_block_begin(alone.body).insert(gpu_module.clone())
+    text = alone.operation.get_asm(enable_debug_info=flydsl_env.debug.enable_debug_info)
+    returned = ir.Module.parse(codegen(text, binary_fragment), context=module.context)
+    binary = _only(returned, "gpu.binary")
+    if ir.StringAttr(binary.attributes["sym_name"]).value != ir.StringAttr(gpu_module.attributes["sym_name"]).value:
+        raise RuntimeError("farm codegen returned a gpu.binary named unlike the gpu.module it was given")
+    ir.InsertionPoint(gpu_module).insert(binary.clone())
+    gpu_module.erase()
+    _keep_objects(binary)
+
+
+def _only(module: Any, op_name: str) -> Any:
+    found = [op.operation for op in module.body.operations if op.operation.name == op_name]
+    if len(found) != 1:
+        raise RuntimeError(f"expected one {op_name} in the module, found {len(found)}")
+    return found[0]
+
+
+# The code objects of this process's last binary step: read where the module is already parsed, in
+# FlyDSL's context, so taking the object out needs no second parse of the artifact in a new context.
+_LAST_OBJECTS: list[list[bytes]] = []
+
+
+def _keep_objects(binary: Any) -> None:
+    _LAST_OBJECTS[:] = [[bytes(gpu.ObjectAttr(a).object) for a in binary.attributes["objects"]]]
 
 
 def preload() -> None:
@@ -165,12 +205,18 @@ def elf_from_compiled(launcher: Any) -> bytes:
     last = getattr(launcher, "_last_compiled", None)
     if not last:
         raise RuntimeError("the generator's launcher compiled nothing (is it a @flyc.jit function?)")
-    objects: list[bytes] = []
-    with mlir_context():
-        module = ir.Module.parse(last[1].ir)
-        for op in module.body.operations:
-            if op.operation.name == "gpu.binary":
-                objects += [bytes(gpu.ObjectAttr(a).object) for a in op.operation.attributes["objects"]]
+    objects = _LAST_OBJECTS.pop() if _LAST_OBJECTS else _objects_in(last[1].ir)
     if len(objects) != 1:
         raise RuntimeError(f"expected one code object in the compiled module, found {len(objects)}")
     return objects[0]
+
+
+def _objects_in(module_text: str) -> list[bytes]:
+    """The code objects of every gpu.binary in a module (FlyDSL's own pipeline ran: no binary step kept them)."""
+    objects: list[bytes] = []
+    with mlir_context():
+        module = ir.Module.parse(module_text)
+        for op in module.body.operations:
+            if op.operation.name == "gpu.binary":
+                objects += [bytes(gpu.ObjectAttr(a).object) for a in op.operation.attributes["objects"]]
+    return objects

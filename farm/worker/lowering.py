@@ -11,12 +11,13 @@ import importlib
 import os
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from farm.contract import CompileJob
 from farm.worker import flydsl_compat
-from farm.worker.binary_step import write_mlir_opt
+from farm.worker.binary_step import run_in_own_process
 from farm.worker.phases import COMPILE
 
 # How the compile's reads and lookups under the kernels root are recorded (farm/plan/sources.py `lookup_state`
@@ -107,8 +108,8 @@ def compile_row(job: CompileJob) -> tuple[bytes, Consulted]:
     kernels_root = Path(job.kernels_root)
     recorder = SourceRecorder(kernels_root)
     flydsl_compat.use_farm_backend(job.request.target.mlir_chipset)
-    # LLVM codegen runs in a process of its own (binary_step.py), reached through FlyDSL's external hook.
-    flydsl_compat.use_external_codegen(write_mlir_opt(Path.cwd() / "llvm"))
+    # LLVM codegen runs in a process of its own (binary_step.py); its job files go in the row's directory.
+    flydsl_compat.use_external_codegen(partial(run_in_own_process, work=Path.cwd()))
     sys.path.insert(0, str(kernels_root))
     generator = importlib.import_module(job.request.generator)
     launcher, args = generator.launcher_and_args(dict(job.request.knobs))
