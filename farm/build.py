@@ -11,7 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from farm.accept.elfinfo import NotACodeObject, read_code_object
+from farm.accept.elfinfo import CodeObject, NotACodeObject, read_code_object
 from farm.accept.verify import describe, problems
 from farm.contract import CompileRequest, CompileResult, TargetFacts
 from farm.core.canonical import sha256_bytes
@@ -34,6 +34,8 @@ from farm.toolchain.compare import differences, require_pin
 from farm.toolchain.installed import compile_part, installed
 
 STDERR_TAIL_LINES = 40
+# How often, at most, a build writes its manifests while results arrive (and once more at its end).
+FLUSH_EVERY_S = 1.0
 
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,7 @@ class DirectoryWriter:
         # Per directory, by file: the entries read from its manifest (recorded data), and the new ones.
         self.entries: dict[tuple[str, str], dict[str, Entry | RecordedEntry]] = {}
         self.unwritten: set[tuple[str, str]] = set()
+        self.flushed = time.monotonic()
 
     def __enter__(self) -> DirectoryWriter:
         return self
@@ -105,6 +108,14 @@ class DirectoryWriter:
         for op, target in sorted(self.unwritten):
             manifest.write_directory(self.cfg, self.dirs[(op, target)], op, target, self.entries[(op, target)])
         self.unwritten.clear()
+        self.flushed = time.monotonic()
+
+    def flush_due(self) -> None:
+        """`flush` when the last one is FLUSH_EVERY_S old: each flush renders the whole manifest, so one per
+        small batch made a build's manifest cost grow with the square of its rows. A kill in between loses
+        at most that much recorded work (those objects rebuild)."""
+        if time.monotonic() - self.flushed >= FLUSH_EVERY_S:
+            self.flush()
 
     def prune(self, op: str, target: str, keep: set[str]) -> list[str]:
         """Remove the objects and entries of rows that no longer exist (a row deleted from conf/). Only
@@ -130,14 +141,23 @@ def accept(cfg: FarmConfig, row: Row, result: CompileResult, compiled: CompileRe
     """Check a worker's result; returns (manifest entry, None) or (None, reason it is refused).
     `compiled` is what the compile consulted and ran; `functions` is the object's disassembly counts
     (`disassemble`), or why it could not be read; `ran` the code files that disassembly ran. The entry records
-    as verification code every farm file whose functions ran here or in the disassembly (digest.CodeRecorder)."""
-    with CodeRecorder() as code:
-        refused = _refusal(cfg, row, result, compiled, functions)
-        if refused:
-            return None, refused
-        _entry(cfg, row, _elf(result), compiled, functions, {})  # the entry's own code runs here too
+    as verification code every farm file whose functions ran here or in the disassembly (digest.CodeRecorder:
+    recorded on the driver's first accepted row, reused for the rows after it)."""
+    with CodeRecorder(ACCEPT_PATH) as code:
+        checked = _refusal(cfg, row, result, compiled, functions)
+        if isinstance(checked, str):
+            return None, checked
+        assert not isinstance(functions, str)  # _refusal refuses those
+        if code.recording:  # the entry's own code runs under the recorder once, so it is recorded too
+            _entry(cfg, row, _elf(result), checked, compiled, functions, {})
+    code.remember()
     code.filenames |= ran
-    return _entry(cfg, row, _elf(result), compiled, functions, code.files()), None
+    return _entry(cfg, row, _elf(result), checked, compiled, functions, code.files()), None
+
+
+# The names under which digest.CodeRecorder keeps each kind of path the driver's verification takes.
+ACCEPT_PATH = "build.accept"
+DISASSEMBLE_PATH = "build.disassemble"
 
 
 def _elf(result: CompileResult) -> bytes:
@@ -146,8 +166,8 @@ def _elf(result: CompileResult) -> bytes:
 
 
 def _refusal(cfg: FarmConfig, row: Row, result: CompileResult, compiled: CompileRecord,
-             functions: dict[str, dict[str, int]] | str) -> str | None:
-    """Why the result is not accepted, None when it is."""
+             functions: dict[str, dict[str, int]] | str) -> CodeObject | str:
+    """Why the result is not accepted, or the parsed object when it is."""
     if not result.ok or result.elf is None:
         return result.error or "compile failed"
     diff = differences(compile_part(cfg.toolchain_pin), result.toolchain or {})
@@ -163,7 +183,7 @@ def _refusal(cfg: FarmConfig, row: Row, result: CompileResult, compiled: Compile
     if isinstance(functions, str):
         return f"object cannot be disassembled: {functions}"
     found = problems(co, row, cfg.ops[row.op], cfg.targets[row.target], functions)
-    return "verification failed: " + "; ".join(found) if found else None
+    return "verification failed: " + "; ".join(found) if found else co
 
 
 def _generator_mismatch(generator: dict[str, str | None]) -> str | None:
@@ -178,11 +198,11 @@ def _generator_mismatch(generator: dict[str, str | None]) -> str | None:
     return f"farm/{differ[0]} differs from the driver's" if differ else None
 
 
-def _entry(cfg: FarmConfig, row: Row, elf: bytes, compiled: CompileRecord, functions: dict[str, dict[str, int]],
-           verifier: dict[str, str]) -> Entry:
+def _entry(cfg: FarmConfig, row: Row, elf: bytes, co: CodeObject, compiled: CompileRecord,
+           functions: dict[str, dict[str, int]], verifier: dict[str, str]) -> Entry:
     inputs = inputs_of(cfg, row, compiled, verifier)
     return manifest.object_entry(row.to_json(), row.file_name, sha256_bytes(elf), len(elf), inputs,
-                                 describe(read_code_object(elf), functions))
+                                 describe(co, functions))
 
 
 def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], tree: Tree, writer: DirectoryWriter,
@@ -192,8 +212,10 @@ def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], tree: Tree, write
     the kernel sources this build shipped: the compiles' lookups are answered from it."""
     built = 0
     for batch in pool.completed_batches():
-        with CodeRecorder() as code:
+        with CodeRecorder(DISASSEMBLE_PATH) as code:
             counts = disassemble(cfg, [(rows[r.key], r) for r in batch])
+        if counts:  # a batch with nothing to disassemble did not take the path
+            code.remember()
         for result in batch:
             row = rows[result.key]
             entry, refused = accept(cfg, row, result, CompileRecord.of_result(result, tree),
@@ -206,7 +228,7 @@ def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], tree: Tree, write
                 bar.write(f"FAILED {row.key}: {refused}")
             report_rows.append(_report_row(result, entry is not None, refused))
             bar.update(1)
-        writer.flush()
+        writer.flush_due()
         heartbeat()
     return built
 
@@ -229,8 +251,10 @@ def reverify(cfg: FarmConfig, todo: list[Decision], writer: DirectoryWriter, rep
             key=d.row.key, ok=ok, elf=elf if ok else None, node="driver (re-verify)",
             error=None if ok else "the object changed since it was planned; run farm build again",
             toolchain=compile_part(cfg.toolchain_pin))))
-    with CodeRecorder() as code:
+    with CodeRecorder(DISASSEMBLE_PATH) as code:
         counts = disassemble(cfg, [(row, result) for row, _, result in results])
+    if counts:  # a batch with nothing to disassemble did not take the path
+        code.remember()
     passed = 0
     for row, compiled, result in results:
         entry, refused = accept(cfg, row, result, compiled, counts.get(row.key, "it was not disassembled"),

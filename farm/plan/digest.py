@@ -10,22 +10,27 @@ A row's recorded inputs (manifest entry `inputs`):
   farm module the compile process loaded, and the code that prepared it: farm/worker/isolate.py);
 - verifier {farm rel path: SHA256}: the farm code whose functions ran while the driver verified and
   recorded the object (`CodeRecorder` around the build's acceptance): verify.py, elfinfo.py, disasm.py,
-  the acceptance in build.py, and whatever they call. A change there (a docstring edit too: files are
-  compared by hash) re-verifies the existing object without compiling it.
+  the acceptance in build.py, and whatever they call. Each kind of path (a row's acceptance, a batch's
+  disassembly) is recorded on its first accepted run in the driver process and reused for the rows after
+  it. A change there (a docstring edit too: files are compared by hash) re-verifies the existing object
+  without compiling it.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, ClassVar
 
 from farm.contract import FARM_DIR, CompileResult, farm_rel
 from farm.core.canonical import digest_of, sha256_file
+from farm.core.errors import FarmError
 from farm.plan.sources import Tree, lookup_state, path_ok
 from farm.store.manifest import Hashes, Inputs, RecordedInputs
 from farm.table.config import FarmConfig
@@ -54,35 +59,90 @@ def farm_hashes(rels: object) -> Hashes:
     out: Hashes = {}
     for rel in sorted(rels) if isinstance(rels, dict) else []:
         path = FARM_DIR / rel if farm_path_ok(rel) else None
-        out[rel] = sha256_file(path) if path is not None and path.is_file() else None
+        out[rel] = _code_hash(rel) if path is not None else None
     return out
 
 
 class CodeRecorder:
     """While active, records the farm source files whose functions run on this thread (sys.setprofile).
-    Files are what it reports: the set is the same for every row that takes the same path."""
+    Files are what it reports: the set is the same for every run that takes the same path.
 
-    def __init__(self) -> None:
-        self.filenames: set[str] = set()
+    Recording costs more than the verification it watches (a Python call per function call), so a named
+    `path` is recorded once per process: the first run that `remember()`s it (an accepted row) records,
+    later runs of that path reuse its files without profiling. A path is a fixed sequence of farm functions
+    (the acceptance of a row, a batch's disassembly); which lines of them run differs per row, which files
+    do not. Without a `path` every run records."""
+
+    _paths: ClassVar[dict[str, frozenset[str]]] = {}  # path -> files its first remembered run ran
+
+    def __init__(self, path: str | None = None) -> None:
+        self.path = path
+        known = CodeRecorder._paths.get(path) if path is not None else None
+        self.recording = known is None
+        self.filenames: set[str] = set(known or ())
         self.previous: Any = None
 
     def __enter__(self) -> CodeRecorder:
-        self.previous = sys.getprofile()
-        sys.setprofile(self._profile)
+        if self.recording:
+            self.previous = sys.getprofile()
+            sys.setprofile(self._profile)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        sys.setprofile(self.previous)
+        if self.recording:
+            sys.setprofile(self.previous)
+
+    def remember(self) -> None:
+        """This run's path went as it should (its row accepted): later runs of the path reuse its files."""
+        if self.recording and self.path is not None:
+            CodeRecorder._paths[self.path] = frozenset(self.filenames)
 
     def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
         if event == "call":
             self.filenames.add(frame.f_code.co_filename)
-        if self.previous is not None:  # a profiler that was already running keeps working
+        # A profiler that was already running keeps working; a C one (cProfile) is not callable from here
+        # and pauses while this records.
+        if callable(self.previous):
             self.previous(frame, event, arg)
 
     def files(self) -> dict[str, str]:
-        rels = {rel for rel in (farm_rel(name) for name in self.filenames) if rel is not None}
-        return {rel: hashlib.sha256((FARM_DIR / rel).read_bytes()).hexdigest() for rel in sorted(rels)}
+        rels = {rel for rel in map(_farm_rel, self.filenames) if rel is not None}
+        out = {}
+        for rel in sorted(rels):
+            sha = _code_hash(rel)
+            if sha is None:  # removed while this build runs: it cannot be recorded, so nothing is accepted
+                raise FarmError(f"farm/{rel} ran during verification and is no longer a file",
+                                "restore it (or finish the edit), then run `farm build` again")
+            out[rel] = sha
+        return out
+
+
+@functools.cache
+def _farm_rel(filename: str) -> str | None:
+    """contract.farm_rel, once per code file name (it resolves symlinks; every accepted row asks)."""
+    return farm_rel(filename)
+
+
+# rel -> ((mtime_ns, size, inode), SHA256): a file is hashed again only when it changed on disk.
+_HASHED: dict[str, tuple[tuple[int, int, int], str]] = {}
+
+
+def _code_hash(rel: str) -> str | None:
+    """SHA256 of a farm file (None when it is not a regular file), read again only when its stat changed:
+    every accepted row asks, for its generator and its verifier files."""
+    path = FARM_DIR / rel
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+    known = _HASHED.get(rel)
+    if known is None or known[0] != stamp:
+        known = (stamp, hashlib.sha256(path.read_bytes()).hexdigest())
+        _HASHED[rel] = known
+    return known[1]
 
 
 def source_hashes(kernels_dir: Path, rels: Mapping[str, object]) -> Hashes:
