@@ -107,15 +107,38 @@ def object_entry(row_json: RowJson, file: str, sha256: str, size: int, inputs: I
 
 def render(cfg: FarmConfig, op: str, target: str, entries: Mapping[str, Entry | RecordedEntry]) -> str:
     """The manifest's bytes. `entries` may hold recorded entries of rows this build did not touch: they are
-    written back as they were read."""
+    written back as they were read. Exactly canonical_json of the whole document; each entry's text is kept
+    (`_entry_text`), since a build rewrites the manifest many times and most entries did not change."""
     doc: Manifest = {
         "schema": SCHEMA,
         "op": op,
         "target": cfg.targets[target].as_dict(),
         "toolchain": cfg.toolchain_pin,
-        "objects": [entries[f] for f in sorted(entries)],
+        "objects": [],
     }
-    return canonical_json(doc)
+    if not entries:
+        return canonical_json(doc)
+    # The list's items sit two levels deep in the document (indent 2): each entry's lines move by 4 spaces.
+    objects = "[\n    " + ",\n    ".join(_entry_text(entries[f]).replace("\n", "\n    ") for f in sorted(entries))
+    return canonical_json(doc).replace('"objects": []', '"objects": ' + objects + "\n  ]", 1)
+
+
+# id(entry) -> (entry, its canonical JSON): the entry is held, so its id is not reused while kept here.
+_TEXTS: dict[int, tuple[object, str]] = {}
+_TEXTS_KEPT = 20000
+
+
+def _entry_text(entry: Entry | RecordedEntry) -> str:
+    """An entry's canonical JSON (without the trailing newline). Entries are never changed once made: a new
+    entry for a row is a new object."""
+    kept = _TEXTS.get(id(entry))
+    if kept is not None and kept[0] is entry:
+        return kept[1]
+    if len(_TEXTS) >= _TEXTS_KEPT:
+        _TEXTS.clear()
+    text = canonical_json(entry)[:-1]
+    _TEXTS[id(entry)] = (entry, text)
+    return text
 
 
 class ManifestUnreadable(FarmError):
