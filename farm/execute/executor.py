@@ -15,7 +15,7 @@ import ray
 
 from farm.contract import CompileRequest, CompileResult
 from farm.core.errors import FarmError
-from farm.execute import local, standing
+from farm.execute import local, ray_auth, standing
 from farm.execute.compiler import CONCURRENCY, Compiler
 from farm.execute.dispatch import Dispatch
 from farm.execute.local import num_cpus
@@ -50,6 +50,7 @@ class RayExecutor:
         self._sources_ref: Any = None
         self._dispatch: Dispatch | None = None
         self._recorded = False
+        self._auth_saved: ray_auth.Saved | None = None  # executor=cluster: the token variables to restore
 
     def __enter__(self) -> RayExecutor:
         kind = self.cfg.get("kind", "local")
@@ -59,8 +60,10 @@ class RayExecutor:
         try:
             count = self._start_private(kind, cpus)
         except FarmError:
+            self._restore_auth()
             raise
         except Exception as exc:
+            self._restore_auth()
             raise FarmError(f"could not start or reach Ray ({kind}): {exc}",
                             "check executor.address, or use the default executor=local") from None
         self._dispatch = Dispatch(self._send, int(self.cfg.get("max_retries", 2)), self._new_actor)
@@ -78,6 +81,8 @@ class RayExecutor:
             address = self.cfg.get("address")
             if not address or address == "???":
                 raise FarmError("executor=cluster needs an address", "add executor.address=HOST:PORT")
+            token, self._auth_saved = ray_auth.use(self.cfg.get("auth_token_path"))
+            ray_auth.check(str(address), token)  # a refused token is named now, not after ray.init's retries
             farm_dir = str(Path(__file__).resolve().parent.parent)  # the farm package
             # Without a working_dir, Ray puts the driver's working directory first on every
             # worker's sys.path: run from a checkout, a node's own files at that path would shadow
@@ -122,6 +127,13 @@ class RayExecutor:
         ray.shutdown()
         if self._recorded:
             forget_ray_processes()
+        self._restore_auth()
+
+    def _restore_auth(self) -> None:
+        """The environment as it was before a cluster's token was put in it (executor=cluster)."""
+        if self._auth_saved is not None:
+            ray_auth.restore(self._auth_saved)
+            self._auth_saved = None
 
     def share_sources(self, sources: dict[str, bytes]) -> None:
         """The kernel sources, put once into Ray's object store; every row's call refers to them."""

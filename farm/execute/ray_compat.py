@@ -8,11 +8,16 @@ ray.wait, ray.get_runtime_context(), ray.nodes(). Nothing here changes what a co
 from __future__ import annotations
 
 import os
+import secrets
+from pathlib import Path
 from typing import Any
 
 import ray
 from ray._private import ray_constants
-from ray._raylet import Config
+from ray._raylet import AuthenticationTokenLoader, Config
+from ray.exceptions import AuthenticationError
+
+AUTH_MODE_ENV = "RAY_AUTH_MODE"  # token (the default for a new local cluster) or disabled
 
 
 def keep_loopback_switch() -> None:
@@ -37,15 +42,74 @@ def init_local(num_cpus: int, temp_dir: str, **public: Any) -> None:
     process to manage); ray.init has no public parameter for either.
     """
     keep_loopback_switch()
+    write_missing_token_privately()
     # address="local" always starts a private cluster, never joins a stale one.
     ray.init(address="local", num_cpus=num_cpus, _node_ip_address="127.0.0.1", _temp_dir=temp_dir, **public)
+
+
+def write_missing_token_privately() -> None:
+    """Before ray.init starts a local cluster: when Ray would make up a token (token mode on by default,
+    none found), write it where Ray would, ~/.ray/auth_token, but readable by this user only.
+
+    Why: Ray writes it with a plain open() under the caller's umask (0644 under the usual 022), and the
+    token lets anyone who holds it run code in every cluster that uses it. Ray then finds this one.
+    Public replacement: none (`ray get-auth-token --generate` writes 0644 too).
+    """
+    if os.environ.get(AUTH_MODE_ENV, "").lower() == "disabled" or has_auth_token():
+        return
+    path = Path.home() / ".ray" / "auth_token"
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another build wrote it meanwhile: Ray uses that one
+        reload_auth_config()
+        return
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    reload_auth_config()
 
 
 def reload_auth_config() -> None:
     """Make an imported Ray re-read RAY_AUTH_MODE / RAY_AUTH_TOKEN_PATH (the standing cluster's token).
 
-    Why: Ray reads its system config from the environment when it is imported; a build that decides to
-    use (or stop using) the standing cluster's token after that needs it read again. Public replacement:
-    none in ray==2.60 (Ray's own token setup calls this same function).
+    Why: Ray reads its system config from the environment when it is imported, and its token loader
+    keeps the first token it read; a build that decides to use (or stop using) a token after that needs
+    both read again. Public replacement: none in ray==2.60 (Ray's own token setup calls these same two).
     """
     Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
+def has_auth_token() -> bool:
+    """Does Ray find a token where it looks (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token),
+    whatever RAY_AUTH_MODE says? A RAY_AUTH_TOKEN_PATH naming no readable file counts as none.
+
+    Why: ray.init starting a local cluster writes a new token to ~/.ray/auth_token when it finds none,
+    readable by every local user (plain open() under the usual umask 022); the farm writes it first,
+    mode 0600. Public replacement: none (`ray get-auth-token` is the CLI's form, and it too writes 0644).
+    """
+    loader = AuthenticationTokenLoader.instance()
+    loader.reset_cache()
+    try:
+        return bool(loader.has_token(ignore_auth_mode=True))
+    except AuthenticationError:
+        return False
+
+
+def gcs_token_refusal(address: str) -> str | None:
+    """Ray's own words when the GCS at `address` (HOST:PORT) refuses this process's token, else None.
+
+    Why: ray.init against a cluster that refuses the token retries for ~20 s and then blames the address
+    (ConnectionError "Failed to connect"); Ray's GCS client asks for the cluster id first and fails at
+    once with InvalidAuthToken. Any other failure is left to ray.init. Public replacement: none.
+    """
+    from ray._raylet import GcsClient
+
+    try:
+        GcsClient(address=address)
+    except AuthenticationError as exc:
+        text = str(getattr(exc, "message", "") or exc)
+        return text.strip().splitlines()[0] if "InvalidAuthToken" in text else None
+    except Exception:  # noqa: BLE001 (not a token problem: ray.init reports it in its own words)
+        return None
+    return None

@@ -82,6 +82,7 @@ class ExecutorSettings(TypedDict, total=False):
     standing: bool
     standing_idle_minutes: float
     warm: bool
+    auth_token_path: str | None  # executor=cluster: the cluster's Ray auth token (default: Ray's own places)
 
 
 class RemoteSettings(TypedDict, total=False):

@@ -1,0 +1,126 @@
+"""Ray token authentication for `executor=cluster`: find the token where Ray keeps it (or where
+executor.auth_token_path says), use it without the user exporting anything, and turn a refused or
+missing token into one error that names it.
+
+Ray (2.60) looks for a token in RAY_AUTH_TOKEN, then the file RAY_AUTH_TOKEN_PATH names, then
+~/.ray/auth_token; but it sends one only when RAY_AUTH_MODE=token, and a driver given an explicit
+address never turns that on by itself. A cluster started by `ray start --head` on a machine that holds
+~/.ray/auth_token requires the token, so such a driver is refused (InvalidAuthToken, visible only in
+Ray's log lines) and ray.init gives up after ~20 s blaming the address. Sending a token to a cluster
+without authentication is harmless, so the farm sends one whenever it finds one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from farm.core.errors import FarmError
+from farm.execute import ray_compat
+
+log = logging.getLogger(__name__)
+
+MODE_ENV = ray_compat.AUTH_MODE_ENV
+TOKEN_ENV = "RAY_AUTH_TOKEN"
+PATH_ENV = "RAY_AUTH_TOKEN_PATH"
+CONNECT_TIMEOUT_S = 5.0  # a reachability probe of the cluster's GCS port before ray.init's long retries
+FIX_TOKEN = ("copy the cluster's token (`ray get-auth-token` on its head) into ~/.ray/auth_token "
+             "(chmod 600), or set executor.auth_token_path=FILE")
+
+Saved = dict[str, str | None]  # environment variables as they were before the build set them
+
+
+@dataclass(frozen=True)
+class Token:
+    """Where this build's token comes from (for messages), and the file holding it, when it is a file."""
+
+    source: str
+    path: Path | None
+
+
+def default_path() -> Path:
+    return Path.home() / ".ray" / "auth_token"
+
+
+def find(configured: str | None) -> Token | None:
+    """The token this build sends: executor.auth_token_path first, then Ray's own places in its order."""
+    if configured:
+        path = Path(configured).expanduser()
+        if not path.is_file() or not path.read_text().strip():
+            raise FarmError(f"executor.auth_token_path={configured}: no such file, or it is empty",
+                            "point executor.auth_token_path at the file holding the cluster's token")
+        return Token(f"executor.auth_token_path={configured}", path)
+    if os.environ.get(TOKEN_ENV):
+        return Token(f"the {TOKEN_ENV} environment variable", None)
+    if os.environ.get(PATH_ENV):
+        path = Path(os.environ[PATH_ENV])
+        return Token(f"{PATH_ENV}={path}", path)
+    path = default_path()
+    return Token(str(path), path) if path.is_file() else None
+
+
+def use(configured: str | None) -> tuple[Token | None, Saved]:
+    """Make this process's Ray send the token found (if any); returns it and what to restore."""
+    token = find(configured)
+    saved: Saved = {name: os.environ.get(name) for name in (MODE_ENV, TOKEN_ENV, PATH_ENV)}
+    if token is None:
+        return None, saved
+    if configured and token.path is not None:  # the config key wins over Ray's own places
+        os.environ.pop(TOKEN_ENV, None)
+        os.environ[PATH_ENV] = str(token.path)
+    os.environ.setdefault(MODE_ENV, "token")  # an explicit RAY_AUTH_MODE stays the user's
+    ray_compat.reload_auth_config()
+    if token.path is not None:
+        warn_if_readable(token.path)
+    return token, saved
+
+
+def restore(saved: Saved) -> None:
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    ray_compat.reload_auth_config()
+
+
+def warn_if_readable(path: Path) -> None:
+    """A token others can read lets them run code on the cluster: say so (the file is the user's)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        log.warning("the Ray auth token %s is readable by other users (mode %o); chmod 600 %s",
+                    path, stat.S_IMODE(mode), path)
+
+
+def check(address: str, token: Token | None) -> None:
+    """Before ray.init: the cluster's GCS at HOST:PORT answers and accepts this process's token, or one
+    FarmError says which of the two is wrong. Ray Client addresses (ray://) and `auto` are left to Ray."""
+    host, _, port = address.rpartition(":")
+    if "://" in address or not host or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise FarmError(f"nothing answers at executor.address={address} ({exc})",
+                        "start the cluster's head there (ray start --head --port=PORT), "
+                        "or fix executor.address") from None
+    refusal = ray_compat.gcs_token_refusal(address)
+    if refusal is None:
+        return
+    if os.environ.get(MODE_ENV, "").lower() == "disabled":
+        raise FarmError(f"the Ray cluster at {address} requires an auth token, and RAY_AUTH_MODE=disabled in "
+                        f"this environment keeps Ray from sending one (Ray: {refusal})",
+                        f"unset RAY_AUTH_MODE; then {FIX_TOKEN}")
+    if token is None:
+        raise FarmError(f"the Ray cluster at {address} requires an auth token, and none was found "
+                        f"({TOKEN_ENV} and {PATH_ENV} unset, no {default_path()}; Ray: {refusal})", FIX_TOKEN)
+    raise FarmError(f"the Ray cluster at {address} refused the auth token from {token.source} (Ray: {refusal})",
+                    f"use that cluster's own token: {FIX_TOKEN}")
