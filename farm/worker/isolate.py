@@ -9,6 +9,7 @@ phases.py (where the row's time went: this side notes prepare, warmup, fork and 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import NotRequired, TypedDict
 
 from farm.contract import CompileJob, CompileRequest, CompileResult, ContractError, ProcessRecord
@@ -114,7 +116,13 @@ def _run_warm(server: WarmServer, work: Path, env: dict[str, str], timeout_s: fl
 def generator_files(compile_process: dict[str, str]) -> dict[str, str]:
     """The farm code that made this row's bytes: what the compile process loaded (its record), and the
     code that prepared its directory and environment here (this module and what it uses, transitively)."""
-    return dict(sorted((compile_process | farm_files(module_closure(sys.modules[__name__]))).items()))
+    return dict(sorted((compile_process | farm_files(_preparing_modules())).items()))
+
+
+@functools.cache
+def _preparing_modules() -> list[ModuleType]:
+    """This module and the farm modules it uses: fixed once this process imported them (walked once)."""
+    return module_closure(sys.modules[__name__])
 
 
 def compile_isolated(request: CompileRequest, sources: dict[str, bytes], timeout_s: float,

@@ -22,6 +22,7 @@ import tempfile
 from typing import TypedDict
 
 from farm.worker import flydsl_compat
+from farm.worker.farm_code import remember_loaded
 from farm.worker.forking import run_forked
 from farm.worker.main import main
 
@@ -65,6 +66,7 @@ def preload() -> None:
 
 def serve() -> None:
     preload()
+    remember_loaded()
     # Move everything imported so far out of the collector's reach: the children then do not write
     # to (copy-on-write fault) those objects' pages.
     gc.collect()
