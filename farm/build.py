@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from farm.accept.elfinfo import CodeObject, NotACodeObject, read_code_object
 from farm.accept.verify import describe, problems
-from farm.contract import CompileRequest, CompileResult, TargetFacts
+from farm.contract import CompileRequest, CompileResult, PhaseJson, TargetFacts
 from farm.core.canonical import sha256_bytes
 from farm.core.errors import FarmError
 from farm.core.private import private_dir
@@ -22,6 +22,7 @@ from farm.plan.digest import CodeRecorder, CompileRecord, farm_hashes, farm_path
 from farm.plan.sources import Tree, collect
 from farm.restore.stage import Checks, Outcome, restore
 from farm.store import manifest
+from farm.store.driver_cost import DriverCost
 from farm.store.lock import command_line, lock_wait, tree_lock
 from farm.store.manifest import Entry, RecordedEntry
 from farm.store.outtree import OutputDir
@@ -59,6 +60,7 @@ class DirectoryWriter:
         self.entries: dict[tuple[str, str], dict[str, Entry | RecordedEntry]] = {}
         self.unwritten: set[tuple[str, str]] = set()
         self.flushed = time.monotonic()
+        self.awaiting: list[PhaseJson] = []  # write phases of rows whose entries the next flush writes
 
     def __enter__(self) -> DirectoryWriter:
         return self
@@ -85,30 +87,45 @@ class DirectoryWriter:
         self._dir(op, target)
         return self.entries[(op, target)]
 
-    def write_object(self, row: Row, elf: bytes, entry: Entry) -> None:
+    def write_object(self, row: Row, elf: bytes, entry: Entry) -> PhaseJson:
         """Write the object now; its manifest entry reaches disk at the next `flush` (after this batch).
-        An object on disk without its entry is rebuilt by the next build, so a kill in between loses nothing."""
+        An object on disk without its entry is rebuilt by the next build, so a kill in between loses nothing.
+        Returns the row's write phase; the next flush adds the row's share of its time."""
+        start = time.time()
         self._dir(row.op, row.target).write_atomic(row.file_name, elf)
         self._entries(row.op, row.target)[row.file_name] = entry
         self.unwritten.add((row.op, row.target))
+        return self._awaiting_flush(start)
+
+    def _awaiting_flush(self, start: float) -> PhaseJson:
+        phase = PhaseJson(name="write", start_unix=start, seconds=time.time() - start)
+        self.awaiting.append(phase)
+        return phase
 
     def recorded(self, row: Row) -> tuple[Entry | RecordedEntry | None, bytes | None]:
         """The row's current manifest entry and object bytes (read through the directory handle)."""
         entry = self._entries(row.op, row.target).get(row.file_name)
         return entry, self._dir(row.op, row.target).read_bytes(row.file_name)
 
-    def record(self, row: Row, entry: Entry) -> None:
-        """A new entry for the object already on disk (a re-verify): the object's bytes are not rewritten."""
+    def record(self, row: Row, entry: Entry) -> PhaseJson:
+        """A new entry for the object already on disk (a re-verify): the object's bytes are not rewritten.
+        Returns the row's write phase (its share of the next flush)."""
+        start = time.time()
         self._entries(row.op, row.target)[row.file_name] = entry
         self.unwritten.add((row.op, row.target))
+        return self._awaiting_flush(start)
 
     def flush(self) -> None:
         """Write the manifests with new entries: once per batch of results, not per object (rewriting a
         large manifest for every object of a fast build cost the driver more than its verification)."""
+        start = time.time()
         for op, target in sorted(self.unwritten):
             manifest.write_directory(self.cfg, self.dirs[(op, target)], op, target, self.entries[(op, target)])
         self.unwritten.clear()
         self.flushed = time.monotonic()
+        for phase in self.awaiting:  # the rows whose entries this flush wrote share its time
+            phase["seconds"] += (time.time() - start) / len(self.awaiting)
+        self.awaiting.clear()
 
     def flush_due(self) -> None:
         """`flush` when the last one is FLUSH_EVERY_S old: each flush renders the whole manifest, so one per
@@ -207,41 +224,88 @@ def _entry(cfg: FarmConfig, row: Row, elf: bytes, co: CodeObject, compiled: Comp
 
 def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], tree: Tree, writer: DirectoryWriter,
              report_rows: list[ReportRow], failures: list[tuple[Row, str, str]], bar: Any,
-             heartbeat: Callable[[], None]) -> int:
+             heartbeat: Callable[[], None], cost: DriverCost) -> int:
     """Verify and write results as they arrive, a batch at a time; returns the number written. `tree` is
     the kernel sources this build shipped: the compiles' lookups are answered from it."""
     built = 0
-    for batch in pool.completed_batches():
-        with CodeRecorder(DISASSEMBLE_PATH) as code:
-            counts = disassemble(cfg, [(rows[r.key], r) for r in batch])
-        if counts:  # a batch with nothing to disassemble did not take the path
-            code.remember()
-        for result in batch:
+    batches = iter(pool.completed_batches())
+    while True:
+        with cost.section("ray", "ray results"):  # waiting costs no CPU; taking results (get, deserialize) does
+            batch = next(batches, None)
+        if batch is None:
+            return built
+        held = time.time()
+        for result, (entry, refused, phases) in zip(batch, _verify_batch(cfg, rows, tree, batch, cost), strict=True):
             row = rows[result.key]
-            entry, refused = accept(cfg, row, result, CompileRecord.of_result(result, tree),
-                                    counts.get(row.key, "it was not disassembled"), frozenset(code.filenames))
             if entry is not None:
-                writer.write_object(row, _elf(result), entry)
+                with cost.section("write"):
+                    phases.append(writer.write_object(row, _elf(result), entry))
                 built += 1
             else:
                 failures.append((row, refused or "", result.stderr))
                 bar.write(f"FAILED {row.key}: {refused}")
-            report_rows.append(_report_row(result, entry is not None, refused))
+            report_rows.append(_report_row(result, entry is not None, refused, _ray_return(result, held) + phases))
             bar.update(1)
-        writer.flush_due()
+        cost.rows += len(batch)
+        with cost.section("write", "flush"):
+            writer.flush_due()
         heartbeat()
-    return built
 
 
-def _report_row(result: CompileResult, written: bool, refused: str | None) -> ReportRow:
-    """A compiled row of the build report: the fields of the result the report keeps, and what became of it."""
-    return cast(ReportRow, result.report_fields() | {"written": written, "refused": refused})
+def _verify_batch(cfg: FarmConfig, rows: dict[str, Row], tree: Tree | dict[str, CompileRecord],
+                  batch: list[CompileResult], cost: DriverCost,
+                  ) -> list[tuple[Entry | None, str | None, list[PhaseJson]]]:
+    """Disassemble the batch in one run and accept each result: (entry, refusal, [its verify phase]) per
+    result. What each compile consulted comes from its result, its lookups answered from `tree` (the sources
+    the build shipped), or, re-verifying, from the records given per key. A row's verify phase is its share
+    of the disassembly plus its own acceptance."""
+    with cost.section("verify", "disassemble"):
+        began = time.time()
+        with CodeRecorder(DISASSEMBLE_PATH) as code:
+            counts = disassemble(cfg, [(rows[r.key], r) for r in batch])
+        if counts:  # a batch with nothing to disassemble did not take the path
+            code.remember()
+        share = (time.time() - began) / len(batch)
+    out = []
+    with cost.section("verify", "accept"):
+        for result in batch:
+            row = rows[result.key]
+            start = time.time()
+            compiled = tree[row.key] if isinstance(tree, dict) else CompileRecord.of_result(result, tree)
+            entry, refused = accept(cfg, row, result, compiled, counts.get(row.key, "it was not disassembled"),
+                                    frozenset(code.filenames))
+            out.append((entry, refused, [PhaseJson(name="verify", start_unix=began,
+                                                   seconds=share + time.time() - start)]))
+    return out
+
+
+def _ray_return(result: CompileResult, held: float) -> list[PhaseJson]:
+    """From the worker's end of the row until the driver held its result (with its batch's short gather)."""
+    if result.finished_unix is None:
+        return []
+    waited = max(held - result.finished_unix, 0.0)
+    return [PhaseJson(name="ray_return", start_unix=result.finished_unix, seconds=waited)]
+
+
+def _report_row(result: CompileResult, written: bool, refused: str | None, driver: list[PhaseJson]) -> ReportRow:
+    """A compiled row of the build report: the fields of the result the report keeps, and what became of it.
+    Its phases are the worker's, then the driver's (`driver`: ray_return, verify, write)."""
+    row = result.report_fields()
+    return cast(ReportRow, row | {"phases": list(row.get("phases") or []) + driver, "written": written,
+                                  "refused": refused})
 
 
 def reverify(cfg: FarmConfig, todo: list[Decision], writer: DirectoryWriter, report_rows: list[ReportRow],
-             failures: list[tuple[Row, str, str]]) -> int:
+             failures: list[tuple[Row, str, str]], cost: DriverCost | None = None) -> int:
     """Verify the objects on disk again under today's verification code and record their new entries, without
     compiling: only that code changed since they were built (plan status reverify). Returns how many passed."""
+    cost = cost or DriverCost()
+    with cost.window():
+        return _reverify(cfg, todo, writer, report_rows, failures, cost)
+
+
+def _reverify(cfg: FarmConfig, todo: list[Decision], writer: DirectoryWriter, report_rows: list[ReportRow],
+              failures: list[tuple[Row, str, str]], cost: DriverCost) -> int:
     results = []
     for d in todo:
         entry, elf = writer.recorded(d.row)
@@ -251,23 +315,25 @@ def reverify(cfg: FarmConfig, todo: list[Decision], writer: DirectoryWriter, rep
             key=d.row.key, ok=ok, elf=elf if ok else None, node="driver (re-verify)",
             error=None if ok else "the object changed since it was planned; run farm build again",
             toolchain=compile_part(cfg.toolchain_pin))))
-    with CodeRecorder(DISASSEMBLE_PATH) as code:
-        counts = disassemble(cfg, [(row, result) for row, _, result in results])
-    if counts:  # a batch with nothing to disassemble did not take the path
-        code.remember()
+    if not results:
+        return 0
+    rows = {row.key: row for row, _, _ in results}
+    records = {row.key: compiled for row, compiled, _ in results}
     passed = 0
-    for row, compiled, result in results:
-        entry, refused = accept(cfg, row, result, compiled, counts.get(row.key, "it was not disassembled"),
-                                frozenset(code.filenames))
+    checked = _verify_batch(cfg, rows, records, [result for _, _, result in results], cost)
+    for (row, _, _), (entry, refused, phases) in zip(results, checked, strict=True):
         if entry is not None:
-            writer.record(row, entry)
+            with cost.section("write"):
+                phases.append(writer.record(row, entry))
             passed += 1
         else:
             failures.append((row, f"re-verification failed: {refused}", ""))
             log.warning("FAILED %s: re-verification failed: %s", row.key, refused)
         report_rows.append({"key": row.key, "ok": entry is not None, "reverified": True, "written": False,
-                            "refused": refused})
-    writer.flush()
+                            "refused": refused, "phases": phases})
+    cost.rows += len(results)
+    with cost.section("write", "flush"):
+        writer.flush()
     return passed
 
 
@@ -309,15 +375,16 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row]) -> in
     failures: list[tuple[Row, str, str]] = []
     built = reverified = 0
     cached = Outcome()
+    cost = DriverCost()  # the driver's own CPU per row (farm/store/driver_cost.py)
     try:
         with DirectoryWriter(cfg) as writer:
             report["pruned"] = _prune(cfg, writer, decisions, all_rows)
             reverified = reverify(cfg, [d for d in decisions if d.status == REVERIFY], writer, report["rows"],
-                                  failures)
+                                  failures, cost)
             # Rows whose published objects are current come back from the DVC cache instead (farm/restore/).
             cached = restore(cfg, [d for d in decisions if d.compiles], writer, report["rows"],
                              Checks(disassemble, accept))
-            built = _compile_and_write(cfg, cached.compile, writer, report, failures)
+            built = _compile_and_write(cfg, cached.compile, writer, report, failures, cost)
     except OSError as exc:  # disk full, a read-only directory: the finished objects are on disk already
         where = f" ({exc.filename})" if exc.filename else ""
         report["error"] = f"{exc.strerror or exc}{where}"
@@ -328,10 +395,13 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row]) -> in
     todo = sum(d.builds for d in decisions)
     elapsed = time.monotonic() - started
     report |= {"seconds": round(elapsed, 3), "built": built, "restored": cached.restored, "reverified": reverified,
-               "failed": len(failures), "up_to_date": len(decisions) - todo}
+               "failed": len(failures), "up_to_date": len(decisions) - todo, "driver": cost.report(),
+               "driver_timeline": cost.spans}
     # A build that had nothing to do leaves no report: the reports stay a record of builds that did something.
     did_something = bool(todo or report["pruned"])
     report_path = write_build_report(cfg, report) if did_something else "none (nothing to do)"
+    if cost.rows:
+        log.info(cost.line())
     for row, reason, stderr in failures:
         log.error("\n--- %s failed: %s%s", row.key, reason, "\n" + _tail(stderr) if stderr.strip() else "")
     again = f", reverified {reverified}" if reverified else ""
@@ -355,7 +425,7 @@ def _prune(cfg: FarmConfig, writer: DirectoryWriter, decisions: list[Decision], 
 
 
 def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryWriter, report: BuildReport,
-                       failures: list[tuple[Row, str, str]]) -> int:
+                       failures: list[tuple[Row, str, str]], cost: DriverCost | None = None) -> int:
     """Compile `todo` on Ray and write what verifies; returns the number written."""
     # Imported here, not at the top: Ray takes seconds to import, and a build with nothing to compile
     # (or one that only re-verifies) never needs it.
@@ -364,24 +434,30 @@ def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryW
 
     if not todo:
         return 0
+    cost = cost or DriverCost()
     rows = {d.row.key: d.row for d in todo}
     standing = for_build(cfg)
     sources = collect(cfg.kernels_dir)
     with RayExecutor(cfg.executor, cfg.compile_timeout_s, standing) as pool:
         pool.share_sources(sources)
         order = list(reversed(todo)) if cfg.extra.get("row_order") == "reversed" else todo
-        for d in order:
-            pool.submit(compile_request(cfg, d.row))
-        # On stderr: a bar on a terminal, else a line every ~10 s (farm/store/progress.py); the rows in flight
-        # are estimated from the order the rows went to Ray.
-        with BuildProgress([d.row.key for d in order], worker_slots(cfg.executor, standing), sys.stderr) as progress:
-            try:
-                # A long build keeps the standing cluster's idle clock from running out under it.
-                heartbeat = (lambda: mark_used(cfg.root)) if standing else (lambda: None)
-                built = _collect(cfg, progress.watch(pool), rows, Tree.of(sources), writer, report["rows"], failures,
-                                 progress, heartbeat)
-            finally:
-                writer.flush()
+        # The driver's cost per row counts from here: starting the cluster is the build's, not a row's.
+        with cost.window():
+            with cost.section("ray", "ray submit"):
+                for d in order:
+                    pool.submit(compile_request(cfg, d.row))
+            # On stderr: a bar on a terminal, else a line every ~10 s (farm/store/progress.py); the rows in
+            # flight are estimated from the order the rows went to Ray.
+            slots = worker_slots(cfg.executor, standing)
+            with BuildProgress([d.row.key for d in order], slots, sys.stderr) as progress:
+                try:
+                    # A long build keeps the standing cluster's idle clock from running out under it.
+                    heartbeat = (lambda: mark_used(cfg.root)) if standing else (lambda: None)
+                    built = _collect(cfg, progress.watch(pool), rows, Tree.of(sources), writer, report["rows"],
+                                     failures, progress, heartbeat, cost)
+                finally:
+                    with cost.section("write", "flush"):
+                        writer.flush()
     if standing:
         mark_used(cfg.root)  # the idle clock starts when the build ends
     return built

@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
+from farm.contract import PhaseJson
 from farm.core.atomic import write_text_atomic
 from farm.core.canonical import canonical_json, sha256_bytes
 from farm.core.errors import FarmError
+from farm.store.driver_cost import DriverReport
 from farm.store.lock import command_line
 from farm.store.trace import TimedRow, chrome_trace
 from farm.table.config import FarmConfig
@@ -89,6 +91,8 @@ class BuildReport(StartedReport, total=False):
     reverified: int
     failed: int
     up_to_date: int
+    driver: DriverReport  # the driver's CPU per row (farm/store/driver_cost.py)
+    driver_timeline: list[PhaseJson]  # the driver's own work in time order: the timeline's driver lane
 
 
 @dataclass(frozen=True)
@@ -149,7 +153,7 @@ def write_build_report(cfg: FarmConfig, report: BuildReport) -> Path | str:
         text = canonical_json(report)
         write_text_atomic(path, text)
         write_text_atomic(cfg.report_dir / "latest-build.json", text)
-        trace = canonical_json(chrome_trace(report["rows"]))
+        trace = canonical_json(chrome_trace(report["rows"], report.get("driver_timeline", [])))
         write_text_atomic(cfg.report_dir / f"{name}.trace.json", trace)
         write_text_atomic(cfg.report_dir / "latest-build.trace.json", trace)
         _prune(cfg.report_dir, tree_tag(cfg), keep)

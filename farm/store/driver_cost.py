@@ -1,0 +1,107 @@
+"""The driver's own cost: CPU seconds per row by kind of work, for the build report (issue 16 point 5).
+
+One driver feeds every worker, so its CPU per row bounds how many cores it can keep busy: cores = a row's
+worker seconds / the driver's CPU seconds per row. The cost is counted while rows flow (re-verifying, and
+from the first row sent to Ray until the last result is written); starting the cluster is a fixed cost of
+a build, not a row's, and is left out.
+
+- `verify`, `write`, `ray`: the driver's main thread (time.thread_time) in the batch disassembly and the
+  acceptance checks; the object writes and manifest flushes; submitting rows and taking results from Ray
+  (wait, get, deserialize). `ray` also holds the CPU of the driver's other threads (Ray's core-worker
+  threads, the progress ticker): process CPU that is not the main thread's.
+- `other`: the rest of the process's CPU in those windows (the build loop, report rows, progress).
+- `disassembler_cpu_seconds`: the disassembler processes the driver runs (children's rusage): a real cost
+  of the driver's machine, named apart because it is not the driver process's own CPU.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TypedDict
+
+from farm.contract import PhaseJson
+
+SECTIONS = ("verify", "write", "ray")
+
+
+class DriverBreakdown(TypedDict):
+    verify: float
+    write: float
+    ray: float
+    other: float
+
+
+class DriverReport(TypedDict):
+    """`driver` of a build report; seconds are CPU seconds. ms_per_row = cpu_seconds * 1000 / rows."""
+
+    rows: int  # rows the driver verified in the windows counted (compiled results and re-verified rows)
+    cpu_seconds: float  # the driver process's CPU in those windows (all its threads)
+    ms_per_row: float
+    breakdown: DriverBreakdown  # sums to cpu_seconds
+    disassembler_cpu_seconds: float  # its child processes (llvm-objdump), not in cpu_seconds
+    disassembler_ms_per_row: float
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+class DriverCost:
+    """Counts the driver's CPU inside `window()`s, and its main thread's in each named `section()`."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.process = 0.0
+        self.main = 0.0
+        self.children = 0.0
+        self.sections = dict.fromkeys(SECTIONS, 0.0)
+        self.spans: list[PhaseJson] = []  # the driver's work in time order (the timeline's driver lane)
+
+    @contextmanager
+    def window(self) -> Iterator[None]:
+        """A stretch of the build in which rows flow: its CPU counts."""
+        process, main, children = time.process_time(), time.thread_time(), _children_cpu()
+        try:
+            yield
+        finally:
+            self.process += time.process_time() - process
+            self.main += time.thread_time() - main
+            self.children += _children_cpu() - children
+
+    @contextmanager
+    def section(self, name: str, span: str | None = None) -> Iterator[None]:
+        """Main-thread CPU spent on one kind of work (one of SECTIONS), inside a window; its wall-clock span
+        is kept for the timeline's driver lane, as `span` (default: the section's name)."""
+        start, wall = time.thread_time(), time.time()
+        try:
+            yield
+        finally:
+            self.sections[name] += time.thread_time() - start
+            self.spans.append(PhaseJson(name=span or name, start_unix=wall, seconds=time.time() - wall))
+
+    def report(self) -> DriverReport:
+        rows = max(self.rows, 1)
+        threads = max(self.process - self.main, 0.0)  # the driver's other threads: Ray's, the progress ticker
+        verify, write, ray = self.sections["verify"], self.sections["write"], self.sections["ray"] + threads
+        return {
+            "rows": self.rows,
+            "cpu_seconds": round(self.process, 6),
+            "ms_per_row": round(self.process * 1000 / rows, 3),
+            "breakdown": {"verify": round(verify, 6), "write": round(write, 6), "ray": round(ray, 6),
+                          "other": round(self.process - verify - write - ray, 6)},
+            "disassembler_cpu_seconds": round(self.children, 6),
+            "disassembler_ms_per_row": round(self.children * 1000 / rows, 3),
+        }
+
+    def line(self) -> str:
+        """The one line `farm build` prints about its driver."""
+        found = self.report()
+        return (f"driver: {found['ms_per_row']:.2f} ms CPU per row over {found['rows']} rows (verify "
+                f"{found['breakdown']['verify'] * 1000 / max(found['rows'], 1):.2f}, write "
+                f"{found['breakdown']['write'] * 1000 / max(found['rows'], 1):.2f}, ray "
+                f"{found['breakdown']['ray'] * 1000 / max(found['rows'], 1):.2f}); disassembler processes "
+                f"{found['disassembler_ms_per_row']:.2f} ms per row")
