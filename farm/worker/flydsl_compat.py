@@ -186,10 +186,16 @@ def mlir_context() -> Iterator[Any]:
         yield context
 
 
-def run_binary_pass(module_text: str, pipeline: str, timeline: Timeline) -> str:
+def new_context() -> Any:
+    """A context as FlyDSL makes one (not entered)."""
+    return _create_mlir_context()
+
+
+def run_binary_pass(module_text: str, pipeline: str, timeline: Timeline, context: Any = None) -> str:
     """Parse `module_text`, run `pipeline` (the binary pass), return the module (holding gpu.binary) as text.
-    `timeline` notes the pass itself as codegen (its parse and print are the hand-off's)."""
-    with mlir_context():
+    `timeline` notes the pass itself as codegen (its parse and print are the hand-off's). In `context`
+    (made by `new_context`, still unused), else in a new one."""
+    with context if context is not None else mlir_context():
         module = ir.Module.parse(module_text)
         timeline.switch("codegen")
         PassManager.parse(pipeline).run(module.operation)
