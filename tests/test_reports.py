@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
-from conftest import run_farm, small_copy
+from conftest import REPO, run_farm, small_copy
 
 ROW = "rmsnorm_bf16_train_n2560"
 SEL = ("targets=[gfx942]", f"names=[{ROW}]")
@@ -55,3 +56,40 @@ def test_reports_record_their_origin_and_only_the_newest_are_kept(tmp_path: Path
     before = _reports(project)
     proc = run_farm(project, "build", *SEL, "report_keep=2", check=True)
     assert "report: none (nothing to do)" in proc.stderr and _reports(project) == before
+
+
+def test_report_has_the_drivers_cost_and_phases_and_the_trace_its_lane(tmp_path: Path) -> None:
+    project = small_copy(tmp_path / "p")  # with its own farm package: a verifier file is edited below
+    shutil.copytree(REPO / "farm", project / "farm", ignore=shutil.ignore_patterns("__pycache__"))
+    env = {"PYTHONPATH": str(project)}
+    run_farm(project, "expand", env=env, check=True)
+    proc = run_farm(project, "build", *SEL, env=env, check=True)
+    assert "ms CPU per row over 1 rows" in proc.stderr  # the one driver line
+    report = json.loads(_reports(project)[-1].read_text())
+    driver = report["driver"]
+    assert driver["rows"] == 1 and driver["cpu_seconds"] > 0
+    assert abs(driver["ms_per_row"] - driver["cpu_seconds"] * 1000 / driver["rows"]) < 1e-2
+    assert set(driver["breakdown"]) == {"verify", "write", "ray", "other"}
+    assert abs(sum(driver["breakdown"].values()) - driver["cpu_seconds"]) < 1e-4
+    assert driver["disassembler_cpu_seconds"] > 0  # the disassembler ran, counted apart
+    [row] = report["rows"]
+    names = [p["name"] for p in row["phases"]]
+    assert names[-3:] == ["ray_return", "verify", "write"] and len(names) > 3  # the worker's first
+    starts = [p["start_unix"] for p in row["phases"]]
+    assert starts == sorted(starts) and all(p["seconds"] >= 0 for p in row["phases"])
+    trace = json.loads((project / ".farm" / "reports" / "latest-build.trace.json").read_text())["traceEvents"]
+    driver_pid = next(e["pid"] for e in trace if e["ph"] == "M" and e["args"].get("name") == "driver")
+    work = {e["name"] for e in trace if e["ph"] == "X" and e["pid"] == driver_pid and e.get("cat") == "driver"}
+    assert {"ray submit", "ray results", "disassemble", "accept", "write", "flush"} <= work
+    phases = [e for e in trace if e["ph"] == "X" and e.get("cat") == "phase"]
+    assert {e["name"] for e in phases if e["pid"] == driver_pid} == {"ray_return", "verify", "write"}
+    assert {e["name"] for e in phases if e["pid"] != driver_pid} == set(names[:-3])
+
+    # Re-verified rows get the driver's verify and write phases too.
+    verify = project / "farm" / "accept" / "verify.py"
+    verify.write_text(verify.read_text() + '\n"""An edit that re-verifies."""\n')
+    run_farm(project, "build", *SEL, env=env, check=True)
+    report = json.loads(_reports(project)[-1].read_text())
+    assert [r["reverified"] for r in report["rows"]] == [True]
+    assert [p["name"] for p in report["rows"][0]["phases"]] == ["verify", "write"]
+    assert report["driver"]["rows"] == 1
