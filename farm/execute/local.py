@@ -3,34 +3,24 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 import ray
 
 from farm.core.errors import FarmError
 from farm.execute import ray_compat
+from farm.execute.settings import num_cpus
 from farm.worker.environment import short_private_dir
 
 log = logging.getLogger(__name__)
+
+__all__ = ["num_cpus", "ray_temp_dir", "require_loopback", "start"]  # num_cpus: read before Ray, re-exported
 
 # Ray puts its sockets at <temp dir>/session_<date>_<micro>_<pid>/sockets/plasma_store, ~65 bytes below
 # its temp dir, and a Unix socket path holds at most ~107: a longer private temp dir is moved to /tmp.
 RAY_TEMP_DIR_MAX = 40
 # Ray's own chatter stays out of the farm's output: its errors reach the farm as exceptions.
 QUIET = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
-
-
-def num_cpus(executor_cfg: Mapping[str, Any]) -> int | None:
-    """executor.num_cpus as a positive int (None: not set, use every CPU); anything else is the user's
-    to fix, before Ray starts (Ray's own error would blame the address)."""
-    value = executor_cfg.get("num_cpus")
-    if value is None or value == "":
-        return None
-    if isinstance(value, bool) or not str(value).strip().isdigit() or int(str(value).strip()) < 1:
-        raise FarmError(f"executor.num_cpus={value!r} is not a positive whole number",
-                        "set executor.num_cpus=N with N >= 1, or leave it out to use every CPU")
-    return int(str(value).strip())
 
 
 def ray_temp_dir() -> str:

@@ -81,6 +81,7 @@ class ExecutorSettings(TypedDict, total=False):
     max_retries: int
     standing: bool
     standing_idle_minutes: float
+    auto_start: bool  # executor=local: a build with no standing cluster up starts one (off when CI=true)
     warm: bool
     auth_token_path: str | None  # executor=cluster: the cluster's Ray auth token (default: Ray's own places)
 

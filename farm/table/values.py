@@ -94,7 +94,7 @@ def audit_settings(value: Any) -> AuditSettings:
 
 def executor_settings(executor: dict[str, Any]) -> ExecutorSettings:
     """num_cpus: null or a positive count; max_retries: 0 or more; standing_idle_minutes: positive;
-    warm and standing: booleans. Checked only where the chosen executor config has the key."""
+    warm, standing and auto_start: booleans. Checked only where the chosen executor config has the key."""
     num_cpus = executor.get("num_cpus")
     if num_cpus is not None and not (is_int(num_cpus) and num_cpus > 0):
         raise FarmError(f"executor.num_cpus={num_cpus!r} is not a positive whole number",
@@ -106,7 +106,7 @@ def executor_settings(executor: dict[str, Any]) -> ExecutorSettings:
     if "standing_idle_minutes" in executor:
         positive_number("executor.standing_idle_minutes", executor["standing_idle_minutes"],
                         "e.g. executor.standing_idle_minutes=30")
-    for key in ("warm", "standing"):
+    for key in ("warm", "standing", "auto_start"):
         if key in executor and not isinstance(executor[key], bool):
             raise FarmError(f"executor.{key}={executor[key]!r} is not true or false", f"e.g. executor.{key}=false")
     return executor  # type: ignore[return-value]  # keys checked against the schema

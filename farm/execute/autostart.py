@@ -1,0 +1,93 @@
+"""Warm by default: a `farm build` that finds no standing cluster starts one, the way Bazel's server and
+Gradle's daemon start on first use and stop when idle.
+
+The daemon is the one `farm cluster up` starts (farm/execute/standing.py): detached, in its own session,
+stopping itself after executor.standing_idle_minutes without a build. The build starts it as soon as its
+config is read (`begin`), so the daemon's Ray start and warm-up overlap the build's planning; when the
+build needs compilers it waits for it (`wait`), never longer than WAIT_S, and on any failure builds on
+a private cluster as before, saying why in one line. Two builds starting together start one daemon
+(the daemon lock, farm/execute/standing_files.py): the second waits for the first's.
+
+Off with CI=true in the environment (a CI job must leave nothing running behind it) and with
+executor.auto_start=false; then a build uses a standing cluster only when `farm cluster up` started one.
+
+This module does not import Ray: `begin` runs before the build knows whether it compiles anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from farm.core.errors import FarmError
+from farm.execute.settings import num_cpus
+from farm.execute.standing_files import StandingState, Started, running, spawn, starting, wait_up
+
+log = logging.getLogger(__name__)
+
+CI_ENV = "CI"
+# The longest a build waits for an auto-started daemon before it starts a private cluster instead. A
+# private start on a loaded 2-core machine takes about this long too; the daemon keeps coming up for
+# the next build.
+WAIT_S = 60.0
+DEFAULT_IDLE_MINUTES = 30.0
+
+# The daemon this process started (`begin`), which `wait` waits for, per project root; and the roots
+# where launching one failed (said once; the build goes on with a private cluster).
+_started: dict[Path, Started] = {}
+_failed: set[Path] = set()
+
+
+def off_reason(cfg: Any) -> str | None:
+    """Why this build does not start a standing cluster (None: it may)."""
+    executor = cfg.executor
+    if executor.get("kind") != "local" or not executor.get("standing", True):
+        return "not a local build that uses a standing cluster"
+    if not executor.get("auto_start", True):
+        return "executor.auto_start=false"
+    if os.environ.get(CI_ENV, "").strip().lower() in ("true", "1"):
+        return f"{CI_ENV}=true"
+    return None
+
+
+def idle_minutes(cfg: Any) -> float:
+    return float(cfg.executor.get("standing_idle_minutes") or DEFAULT_IDLE_MINUTES)
+
+
+def begin(cfg: Any) -> None:
+    """Start the daemon now unless auto-start is off or one is up or starting; returns at once. A daemon
+    that cannot even be launched is said in one line; the build then uses a private cluster."""
+    if off_reason(cfg) or cfg.root in _started or cfg.root in _failed or running(cfg.root):
+        return
+    cpus = num_cpus(cfg.executor) or os.cpu_count() or 1
+    try:
+        started = spawn(cfg.root, cpus, idle_minutes(cfg))
+    except (OSError, FarmError) as exc:
+        _failed.add(cfg.root)
+        log.warning("could not start a standing cluster (%s); this build uses a private cluster", exc)
+        return
+    if started is None:
+        return  # another command is starting one (or just did): `wait` uses it
+    _started[cfg.root] = started
+    minutes = f"{started.idle_minutes:g}"
+    log.warning("started a standing cluster with %d warm compilers for this and later builds; it stops itself "
+                "after %s idle minutes (`farm cluster down` stops it now)", cpus, minutes)
+
+
+def wait(cfg: Any) -> StandingState | None:
+    """The standing cluster this build started, or the one another build is starting, once it is up;
+    None when auto-start is off, or (with one line saying why) when it did not come up."""
+    if off_reason(cfg):
+        return None
+    begin(cfg)  # a caller that did not begin early starts it here
+    started = _started.get(cfg.root)
+    if started is None and not starting(cfg.root):
+        return running(cfg.root)
+    try:
+        return wait_up(cfg.root, started, WAIT_S)
+    except FarmError as exc:
+        log.warning("the standing cluster did not come up (%s; %s); this build starts a private cluster",
+                    exc.what, exc.fix)
+        return None

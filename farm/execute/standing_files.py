@@ -1,0 +1,209 @@
+"""The standing cluster's files under .farm/cluster/ and the start of its daemon, without importing Ray.
+
+A build asks here whether a standing cluster is up, or starts one (farm/execute/autostart.py), before
+it knows whether it has anything to compile: this module stays cheap to import (no Ray, no compile code).
+The daemon's body is in farm/execute/standing.py.
+
+Who may start a daemon is decided by one lock, `daemon.lock`: the starter takes it (exclusive, not
+waiting) and hands its open file to the daemon, which holds it for its whole life. While it is held, a
+daemon is up or starting, and nobody starts a second one; the kernel drops it when the daemon ends,
+however it ends, so a crashed daemon never blocks the next start.
+
+The state file is never trusted by pid alone: it records the daemon's pid, start time and command
+line, and the Ray processes it started, and nothing is signalled unless it is still that very process.
+A state whose daemon is gone (or whose pid now belongs to another process) is reported and removed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypedDict
+
+from farm.core.errors import FarmError
+from farm.execute.processes import Identity, end_leftovers, end_processes, verified
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "state.json"
+USED_FILE = "last-used"     # touched by every build that uses the cluster (the idle clock)
+LOG_FILE = "daemon.log"
+TOKEN_FILE = "auth_token"   # the cluster's own Ray auth token (mode 0600): only this user's builds join
+LOCK_FILE = "daemon.lock"   # held by the daemon for its life (see the module's docstring)
+CONNECT_TIMEOUT_S = 2.0     # a build's probe of the cluster's GCS port: a dead cluster costs this, not minutes
+RAY_CORE = ("gcs_server", "raylet")  # the daemon's Ray processes a working cluster cannot do without
+POLL_S = 0.1
+
+
+class StandingState(TypedDict):
+    """The daemon's state file (JSON read back from disk: `running` checks the daemon part before use)."""
+
+    pid: int
+    daemon: Identity
+    pgid: int
+    processes: list[Identity]   # every Ray process the daemon started, as it was when it came up
+    ray_core: list[Identity]    # the ones the cluster cannot do without (RAY_CORE)
+    root: str
+    address: str                # the cluster's GCS, 127.0.0.1:PORT
+    num_cpus: int               # its compilers, one per CPU
+    generator: str              # the farm code its compilers run
+    started_unix: float
+    idle_s: float
+
+
+@dataclass(frozen=True)
+class Started:
+    """A daemon this process started: its process (not waited for: it outlives this command)."""
+
+    proc: subprocess.Popen[bytes]
+    cpus: int
+    idle_minutes: float
+
+
+def state_dir(root: Path) -> Path:
+    return root / ".farm" / "cluster"
+
+
+def _private_state_dir(root: Path) -> Path:
+    """.farm/cluster/, mode 0700: it holds the token, the daemon's log and the lock."""
+    where = state_dir(root)
+    where.mkdir(parents=True, exist_ok=True)
+    os.chmod(where, 0o700)
+    return where
+
+
+def running(root: Path) -> StandingState | None:
+    """The standing cluster's state if its daemon is verifiably alive. A stale state file (the daemon
+    gone, or its pid taken by another process) is reported and removed, and the Ray processes that
+    daemon started and that still run are ended; a foreign process is never signalled."""
+    path = state_dir(root) / STATE_FILE
+    try:
+        state = json.loads(path.read_text())
+        owner = path.stat().st_uid
+    except OSError:
+        return None
+    except ValueError:
+        state, owner = {}, os.getuid()
+    if owner != os.getuid():  # written by someone else: nothing in it is ever signalled
+        path.unlink(missing_ok=True)
+        log.warning("removed %s: it belongs to uid %s, not to you; nothing it names was touched", path, owner)
+        return None
+    daemon = state.get("daemon") if isinstance(state, dict) else None
+    if isinstance(daemon, dict) and verified(daemon) is not None:
+        return state  # type: ignore[no-any-return]  # its daemon is proven ours; the rest is its own record
+    pid = daemon.get("pid") if isinstance(daemon, dict) else (state.get("pid") if isinstance(state, dict) else None)
+    left = state.get("processes") if isinstance(daemon, dict) else None
+    ended = end_processes(left if isinstance(left, list) else [])
+    path.unlink(missing_ok=True)
+    log.warning("removed a stale standing-cluster state (%s): its daemon (pid %s) is gone or that pid is "
+                "another process now, which was left alone%s", path, pid,
+                f"; ended {ended} Ray processes it had left" if ended else "")
+    return None
+
+
+def health(state: StandingState) -> str | None:
+    """Why the running daemon's cluster cannot serve a build (None: it can). Bounded: a dead cluster
+    costs a build at most CONNECT_TIMEOUT_S, never Ray's minutes of connection retries."""
+    core = state.get("ray_core") or []
+    gone = [Path(p["cmdline"][0]).name for p in core if verified(p) is None]
+    if gone or not core:
+        return f"its Ray processes are gone ({', '.join(gone) or 'none recorded'})"
+    host, _, port = str(state.get("address", "")).rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S):
+            return None
+    except (OSError, ValueError) as exc:
+        return f"its Ray GCS at {state.get('address')} does not answer ({exc})"
+
+
+def mark_used(root: Path) -> None:
+    (state_dir(root) / USED_FILE).touch()
+
+
+def _new_token(where: Path) -> None:
+    path = where / TOKEN_FILE
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+
+
+def _take_lock(where: Path) -> int | None:
+    """The daemon lock's open file, locked by this process; None when a daemon holds it (up or starting)."""
+    fd = os.open(where / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def starting(root: Path) -> bool:
+    """Is a daemon up or on its way (someone holds the daemon lock)?"""
+    where = state_dir(root)
+    if not (where / LOCK_FILE).exists():
+        return False
+    fd = _take_lock(where)
+    if fd is None:
+        return True
+    os.close(fd)
+    return False
+
+
+def spawn(root: Path, cpus: int, idle_minutes: float) -> Started | None:
+    """Start the daemon, detached, unless one is up or starting (then None). Returns at once: the daemon
+    warms up on its own while the caller goes on (`wait_up` waits for it)."""
+    end_leftovers()
+    where = _private_state_dir(root)
+    lock = _take_lock(where)
+    if lock is None:
+        return None
+    try:
+        if running(root):  # up, but started before the daemon held the lock: it is the one
+            return None
+        _new_token(where)
+        log_fd = os.open(where / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        # Its own session and process group: it outlives this command, `down` can end its whole tree,
+        # and no terminal signal reaches it. It inherits the lock (pass_fds) and holds it while it lives.
+        proc = subprocess.Popen([sys.executable, "-m", "farm.execute.standing", str(root), str(cpus),
+                                 str(idle_minutes * 60), str(lock)], stdin=subprocess.DEVNULL, stdout=log_fd,
+                                stderr=log_fd, start_new_session=True, cwd=root, pass_fds=(lock,))
+        os.close(log_fd)
+    finally:
+        os.close(lock)  # the daemon's copy keeps it locked
+    return Started(proc, cpus, idle_minutes)
+
+
+def hold_lock(fd: int) -> None:
+    """In the daemon: keep the inherited lock for life, and out of the processes it starts (Ray's)."""
+    os.set_inheritable(fd, False)
+
+
+def wait_up(root: Path, started: Started | None, timeout_s: float) -> StandingState:
+    """The standing cluster once its daemon is up: ours (`started`) or the one another command is
+    starting. Raises FarmError naming why when it ends, or is not up within `timeout_s`."""
+    where = state_dir(root)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = running(root)
+        if state and (started is None or state["pid"] == started.proc.pid):
+            return state
+        if started is not None and started.proc.poll() is not None:
+            tail = (where / LOG_FILE).read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            raise FarmError(f"the standing cluster's daemon exited ({started.proc.returncode}): {tail[0]}",
+                            f"see {where / LOG_FILE}")
+        if started is None and not starting(root) and not running(root):
+            raise FarmError("the standing cluster that another farm command was starting did not come up",
+                            f"see {where / LOG_FILE}")
+        time.sleep(POLL_S)
+    raise FarmError(f"the standing cluster was not up after {timeout_s:.0f} s", f"see {where / LOG_FILE}")

@@ -1,0 +1,135 @@
+"""Warm by default: a `farm build` with no standing cluster up starts one (one line says so and how to
+stop it), builds on it, and later builds reuse it; `farm cluster down` ends it and every process it
+started. CI=true or executor.auto_start=false turn that off. conftest.py sets CI=true for the session:
+these tests clear it for their own builds and stop every daemon they start."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import built_copy, run_farm, small_copy
+
+from farm.execute import standing_files
+from farm.execute.processes import Identity, identities, verified
+
+TARGET = "gfx942"
+WARM = {"CI": "false"}  # auto-start on (conftest turns it off for every other test)
+STARTED = "started a standing cluster"
+
+
+def _report(project: Path) -> dict:
+    return json.loads((project / ".farm" / "reports" / "latest-build.json").read_text())
+
+
+def _pid(worker: str) -> int:
+    return int(worker.rsplit(" pid ", 1)[1])
+
+
+def _stop(project: Path) -> None:
+    """End whatever daemon a test started there, even one still coming up."""
+    if standing_files.starting(project):
+        try:
+            standing_files.wait_up(project, None, 120)
+        except Exception:  # noqa: BLE001 (it failed to come up: nothing left to stop)
+            pass
+    run_farm(project, "cluster", "down")
+
+
+def _gone(idents: list[Identity], timeout_s: float = 30) -> list[Identity]:
+    """Which of these very processes still run after up to `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while (alive := [i for i in idents if verified(i) is not None]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return alive
+
+
+def test_build_starts_the_daemon_reuses_it_and_down_ends_everything(built: Path, tmp_path: Path) -> None:
+    project = small_copy(tmp_path / "project")
+    run_farm(project, "expand", check=True)
+    try:
+        # Two builds at once: one daemon, started by one of them and used by both.
+        cmd = [sys.executable, "-m", "farm.cli", "build", f"targets=[{TARGET}]", "executor.num_cpus=1"]
+        env = dict(os.environ, **WARM)
+        env.pop("FARM_PROJECT", None)
+        procs = [subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for _ in range(2)]
+        outs = [p.communicate(timeout=900) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outs
+        said = [line for _, err in outs for line in err.splitlines() if STARTED in line]
+        assert len(said) == 1, outs
+        assert "stops itself after 30 idle minutes" in said[0] and "`farm cluster down` stops it now" in said[0]
+        # The builds take the output tree's lock in turn: the one that compiles does it on the daemon.
+        assert sum("using the standing cluster at 127.0.0.1:" in err for _, err in outs) == 1, outs
+
+        state = json.loads((project / ".farm" / "cluster" / "state.json").read_text())
+        daemon = psutil.Process(int(state["pid"]))
+        # Detached: its own session (it outlived both builds), a private state directory, a 0600 token.
+        assert os.getsid(daemon.pid) == daemon.pid != os.getsid(0)
+        where = project / ".farm" / "cluster"
+        assert stat.S_IMODE(where.stat().st_mode) == 0o700
+        assert stat.S_IMODE((where / "auth_token").stat().st_mode) == 0o600
+        rows = _report(project)["rows"] or []
+        tree = {p.pid for p in daemon.children(recursive=True)}
+        ours, theirs = project / "outputs" / "rmsnorm" / TARGET, built / "outputs" / "rmsnorm" / TARGET
+        objects = sorted(p.name for p in theirs.glob("*.hsaco"))
+        assert objects == sorted(p.name for p in ours.glob("*.hsaco"))
+        for name in objects:  # the same bytes as the private cluster's build
+            assert (ours / name).read_bytes() == (theirs / name).read_bytes(), name
+
+        # A later build reuses it: nothing started, its row compiled by the daemon's warm compiler.
+        (ours / objects[0]).unlink()
+        again = run_farm(project, "build", f"targets=[{TARGET}]", "executor.num_cpus=1", env=WARM, check=True)
+        assert STARTED not in again.stderr and "using the standing cluster at" in again.stderr
+        assert "built 1, failed 0" in again.stderr
+        [row] = _report(project)["rows"]
+        assert _pid(row["worker"]) in tree | {p.pid for p in daemon.children(recursive=True)}
+        assert not rows or all(r["ok"] for r in rows)
+        assert (ours / objects[0]).read_bytes() == (theirs / objects[0]).read_bytes()
+        everything = identities([daemon, *daemon.children(recursive=True)])
+    finally:
+        down = run_farm(project, "cluster", "down")
+    assert down.stdout.strip() == "standing cluster stopped", down.stdout + down.stderr
+    assert _gone(everything) == []
+    assert not (project / ".farm" / "cluster" / "state.json").exists()
+    assert not standing_files.starting(project)
+
+
+@pytest.mark.parametrize("off", [{"env": {"CI": "true"}, "words": []},
+                                 {"env": WARM, "words": ["executor.auto_start=false"]}],
+                         ids=["CI=true", "auto_start=false"])
+def test_auto_start_off_starts_nothing(built: Path, tmp_path: Path, off: dict) -> None:
+    project = built_copy(built, tmp_path / "project")
+    victim = next((project / "outputs" / "rmsnorm" / TARGET).glob("*.hsaco"))
+    victim.unlink()
+    try:
+        proc = run_farm(project, "build", f"targets=[{TARGET}]", "executor.num_cpus=1", *off["words"],
+                        env=off["env"], check=True)
+        assert STARTED not in proc.stderr and "using the standing cluster" not in proc.stderr
+        assert "built 1, failed 0" in proc.stderr
+        assert not standing_files.starting(project) and standing_files.running(project) is None
+        assert not (project / ".farm" / "cluster" / "daemon.log").exists()
+    finally:
+        _stop(project)
+
+
+def test_a_daemon_that_cannot_start_leaves_a_private_build(built: Path, tmp_path: Path) -> None:
+    project = built_copy(built, tmp_path / "project")
+    (project / ".farm").mkdir(exist_ok=True)
+    (project / ".farm" / "cluster").write_text("not a directory")  # where the daemon's files would go
+    (next((project / "outputs" / "rmsnorm" / TARGET).glob("*.hsaco"))).unlink()
+    try:
+        proc = run_farm(project, "build", f"targets=[{TARGET}]", "executor.num_cpus=1", env=WARM)
+        assert proc.returncode == 0, proc.stderr
+        said = [line for line in proc.stderr.splitlines() if "standing cluster" in line]
+        assert len(said) == 1 and "could not start a standing cluster" in said[0], proc.stderr
+        assert "built 1, failed 0" in proc.stderr
+    finally:
+        (project / ".farm" / "cluster").unlink()
