@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -17,8 +18,9 @@ from farm.contract import CompileRequest, CompileResult, PhaseJson, TargetFacts
 from farm.core.canonical import sha256_bytes
 from farm.core.errors import FarmError
 from farm.core.private import private_dir
+from farm.plan.code_closure import files_of
 from farm.plan.decide import REVERIFY, Decision, decide, summary_line
-from farm.plan.digest import CodeRecorder, CompileRecord, farm_hashes, farm_path_ok, inputs_of
+from farm.plan.digest import CompileRecord, code_hashes, farm_hashes, farm_path_ok, inputs_of
 from farm.plan.sources import Tree, collect
 from farm.restore.stage import Checks, Outcome, restore
 from farm.store import manifest
@@ -157,24 +159,22 @@ def accept(cfg: FarmConfig, row: Row, result: CompileResult, compiled: CompileRe
            ran: frozenset[str] = frozenset()) -> tuple[Entry | None, str | None]:
     """Check a worker's result; returns (manifest entry, None) or (None, reason it is refused).
     `compiled` is what the compile consulted and ran; `functions` is the object's disassembly counts
-    (`disassemble`), or why it could not be read; `ran` the code files that disassembly ran. The entry records
-    as verification code every farm file whose functions ran here or in the disassembly (digest.CodeRecorder:
-    recorded on the driver's first accepted row, reused for the rows after it)."""
-    with CodeRecorder(ACCEPT_PATH) as code:
-        checked = _refusal(cfg, row, result, compiled, functions)
-        if isinstance(checked, str):
-            return None, checked
-        assert not isinstance(functions, str)  # _refusal refuses those
-        if code.recording:  # the entry's own code runs under the recorder once, so it is recorded too
-            _entry(cfg, row, _elf(result), checked, compiled, functions, {})
-    code.remember()
-    code.filenames |= ran
-    return _entry(cfg, row, _elf(result), checked, compiled, functions, code.files()), None
+    (`disassemble`), or why it could not be read. The entry records as verification code every farm file
+    that can run in this acceptance and the disassembly (`verifier_files`), the same set in every build;
+    `ran` (files a caller profiled) is not needed for that and is ignored."""
+    checked = _refusal(cfg, row, result, compiled, functions)
+    if isinstance(checked, str):
+        return None, checked
+    assert not isinstance(functions, str)  # _refusal refuses those
+    return _entry(cfg, row, _elf(result), checked, compiled, functions, code_hashes(verifier_files())), None
 
 
-# The names under which digest.CodeRecorder keeps each kind of path the driver's verification takes.
-ACCEPT_PATH = "build.accept"
-DISASSEMBLE_PATH = "build.disassemble"
+@functools.cache
+def verifier_files() -> frozenset[str]:
+    """The farm files recorded as a row's verifier: everything that can run when `accept` and `disassemble`
+    run (farm/plan/code_closure.py: their own code, what they name, the modules of their parameters' types,
+    and those modules' import closure). Derived from the code, once per process."""
+    return files_of([accept, disassemble])
 
 
 def _elf(result: CompileResult) -> bytes:
@@ -261,10 +261,7 @@ def _verify_batch(cfg: FarmConfig, rows: dict[str, Row], tree: Tree | dict[str, 
     of the disassembly plus its own acceptance."""
     with cost.section("verify", "disassemble"):
         began = time.time()
-        with CodeRecorder(DISASSEMBLE_PATH) as code:
-            counts = disassemble(cfg, [(rows[r.key], r) for r in batch])
-        if counts:  # a batch with nothing to disassemble did not take the path
-            code.remember()
+        counts = disassemble(cfg, [(rows[r.key], r) for r in batch])
         share = (time.time() - began) / len(batch)
     out = []
     with cost.section("verify", "accept"):
@@ -272,8 +269,7 @@ def _verify_batch(cfg: FarmConfig, rows: dict[str, Row], tree: Tree | dict[str, 
             row = rows[result.key]
             start = time.time()
             compiled = tree[row.key] if isinstance(tree, dict) else CompileRecord.of_result(result, tree)
-            entry, refused = accept(cfg, row, result, compiled, counts.get(row.key, "it was not disassembled"),
-                                    frozenset(code.filenames))
+            entry, refused = accept(cfg, row, result, compiled, counts.get(row.key, "it was not disassembled"))
             out.append((entry, refused, [PhaseJson(name="verify", start_unix=began,
                                                    seconds=share + time.time() - start)]))
     return out

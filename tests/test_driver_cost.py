@@ -1,16 +1,31 @@
 """The driver's own cost: CPU per row counted by kind of work and consistent, the timeline's driver lane and
-nested phases, and the verifier recorder that records each kind of path once (farm/store/driver_cost.py,
-farm/store/trace.py, farm/plan/digest.py CodeRecorder)."""
+nested phases, and the verifier record: a static closure holding every file an acceptance runs, the same in
+any process (farm/store/driver_cost.py, farm/store/trace.py, farm/plan/code_closure.py)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import subprocess
 import sys
+from pathlib import Path
 
-from farm.contract import PhaseJson
-from farm.plan.digest import CodeRecorder
+import pytest
+
+from farm import build
+from farm.contract import CompileResult, PhaseJson
+from farm.plan.code_closure import files_of
+from farm.plan.digest import CodeRecorder, CompileRecord, farm_hashes
+from farm.plan.sources import Tree, collect
+from farm.store import manifest
 from farm.store.driver_cost import DriverCost
+from farm.store.outtree import OutputDir
 from farm.store.trace import chrome_trace
+from farm.table.config import FarmConfig, load
+from farm.table.rows import Row
+from farm.toolchain.installed import compile_part
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def _burn() -> None:
@@ -73,30 +88,44 @@ def test_trace_has_a_driver_lane_and_nested_phases() -> None:
     assert all(e["args"] == {"row": "op/t/a"} for e in on_driver)
 
 
-def _checked(n: int) -> int:
-    return hashlib.sha256(str(n).encode()).digest()[0]
+def _real_case(op: str, target: str) -> tuple[FarmConfig, Row, CompileResult, CompileRecord]:
+    """A published object of this checkout and the result a worker running today's farm code would send."""
+    cfg = load(REPO, [])
+    with OutputDir(cfg.outputs_dir, op, target) as out:
+        file, entry = sorted(manifest.read(out).entries.items())[0]
+        data = out.read_bytes(file)
+    inputs = entry["inputs"]
+    assert data is not None and isinstance(inputs, dict)
+    row = Row(op, target, str(entry["name"]), str(entry["group"]), dict(entry["knobs"]), dict(entry["allow"]))
+    result = CompileResult(key=row.key, ok=True, elf=data, node="test", toolchain=compile_part(cfg.toolchain_pin),
+                           sources=dict(inputs["sources"]), lookups=tuple(inputs["lookups"]),
+                           generator={k: v for k, v in farm_hashes(inputs["generator"]).items() if v})
+    return cfg, row, result, CompileRecord.of_result(result, Tree.of(collect(cfg.kernels_dir)))
 
 
-def test_a_path_is_recorded_once_it_was_accepted() -> None:
-    path = "test.path"
-    CodeRecorder._paths.pop(path, None)
-    refused = CodeRecorder(path)
-    with refused:
-        _checked(1)
-    assert refused.recording and __file__ in refused.filenames
-    assert path not in CodeRecorder._paths  # not remembered: a refused run does not define the path
+@pytest.mark.parametrize(("op", "target"), [("rmsnorm", "gfx942"), ("sdpa_cdna", "gfx950")])
+def test_verifier_record_holds_every_file_an_acceptance_ran(op: str, target: str) -> None:
+    cfg, row, result, compiled = _real_case(op, target)
+    with CodeRecorder() as code:  # profiles every call of one full acceptance: disassembly, checks, entry
+        counts = build.disassemble(cfg, [(row, result)])
+        entry, refused = build.accept(cfg, row, result, compiled, counts[row.key])
+    assert refused is None and entry is not None
+    ran = code.farm_files()
+    assert {"build.py", "accept/verify.py", "accept/elfinfo.py", "toolchain/disasm.py"} <= ran
+    recorded = set(entry["inputs"]["verifier"])
+    assert ran <= recorded, f"ran but not recorded: {sorted(ran - recorded)}"
+    assert recorded == set(build.verifier_files())
 
-    first = CodeRecorder(path)
-    with first:
-        _checked(2)
-    first.remember()
-    second = CodeRecorder(path)
-    with second:
-        assert sys.getprofile() is None  # replayed: nothing profiles the second run
-        _checked(3)
-    assert not second.recording and second.filenames == first.filenames and __file__ in second.filenames
-    unnamed = CodeRecorder()
-    with unnamed:
-        _checked(4)
-    assert unnamed.recording and __file__ in unnamed.filenames
-    CodeRecorder._paths.pop(path, None)
+
+def test_verifier_record_does_not_depend_on_what_the_process_loaded() -> None:
+    show = "import json, farm.build; print(json.dumps(sorted(farm.build.verifier_files())))"
+    alone = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True, check=True, cwd=REPO)
+    others = "import farm.cli, farm.execute.executor, farm.restore.stage; "
+    loaded = subprocess.run([sys.executable, "-c", others + show], capture_output=True, text=True, check=True, cwd=REPO)
+    assert json.loads(alone.stdout) == json.loads(loaded.stdout) == sorted(build.verifier_files())
+
+
+def test_the_closure_follows_imports_inside_functions() -> None:
+    # _compile_and_write imports the Ray executor inside the function, not at the top of build.py.
+    assert "execute/executor.py" in files_of([build._compile_and_write])
+    assert "execute/executor.py" not in build.verifier_files()  # acceptance never reaches it

@@ -8,12 +8,12 @@ A row's recorded inputs (manifest entry `inputs`):
   directory there (hits and misses), each directory other code listed, each absent file it tried to open;
 - generator {farm rel path: SHA256}: the farm code that made the bytes, as recorded by the compile (every
   farm module the compile process loaded, and the code that prepared it: farm/worker/isolate.py);
-- verifier {farm rel path: SHA256}: the farm code whose functions ran while the driver verified and
-  recorded the object (`CodeRecorder` around the build's acceptance): verify.py, elfinfo.py, disasm.py,
-  the acceptance in build.py, and whatever they call. Each kind of path (a row's acceptance, a batch's
-  disassembly) is recorded on its first accepted run in the driver process and reused for the rows after
-  it. A change there (a docstring edit too: files are compared by hash) re-verifies the existing object
-  without compiling it.
+- verifier {farm rel path: SHA256}: every farm file that can run while the driver verifies and records
+  the object: the static closure of farm/build.py `accept` and `disassemble` (farm/plan/code_closure.py:
+  build.py, verify.py, elfinfo.py, disasm.py, this module, manifest.py, the config and row modules their
+  arguments come from, and everything those import). Derived from the code, so every build (a compile, a
+  restore, a re-verify) records the same set for a row. A change there (a docstring edit too: files are
+  compared by hash) re-verifies the existing object without compiling it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, ClassVar
+from typing import Any
 
 from farm.contract import FARM_DIR, CompileResult, farm_rel
 from farm.core.canonical import digest_of, sha256_file
@@ -64,38 +64,22 @@ def farm_hashes(rels: object) -> Hashes:
 
 
 class CodeRecorder:
-    """While active, records the farm source files whose functions run on this thread (sys.setprofile).
-    Files are what it reports: the set is the same for every run that takes the same path.
+    """While active, records the files whose functions run on this thread (sys.setprofile); `files()` gives
+    the farm files among them with their SHA256. What one run took, not what can run: the verifier record
+    uses the static closure instead (farm/plan/code_closure.py); tests profile an acceptance with this to
+    check that the closure holds every file it ran."""
 
-    Recording costs more than the verification it watches (a Python call per function call), so a named
-    `path` is recorded once per process: the first run that `remember()`s it (an accepted row) records,
-    later runs of that path reuse its files without profiling. A path is a fixed sequence of farm functions
-    (the acceptance of a row, a batch's disassembly); which lines of them run differs per row, which files
-    do not. Without a `path` every run records."""
-
-    _paths: ClassVar[dict[str, frozenset[str]]] = {}  # path -> files its first remembered run ran
-
-    def __init__(self, path: str | None = None) -> None:
-        self.path = path
-        known = CodeRecorder._paths.get(path) if path is not None else None
-        self.recording = known is None
-        self.filenames: set[str] = set(known or ())
+    def __init__(self) -> None:
+        self.filenames: set[str] = set()
         self.previous: Any = None
 
     def __enter__(self) -> CodeRecorder:
-        if self.recording:
-            self.previous = sys.getprofile()
-            sys.setprofile(self._profile)
+        self.previous = sys.getprofile()
+        sys.setprofile(self._profile)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.recording:
-            sys.setprofile(self.previous)
-
-    def remember(self) -> None:
-        """This run's path went as it should (its row accepted): later runs of the path reuse its files."""
-        if self.recording and self.path is not None:
-            CodeRecorder._paths[self.path] = frozenset(self.filenames)
+        sys.setprofile(self.previous)
 
     def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
         if event == "call":
@@ -105,16 +89,25 @@ class CodeRecorder:
         if callable(self.previous):
             self.previous(frame, event, arg)
 
+    def farm_files(self) -> set[str]:
+        """The recorded files that are farm code, relative to farm/."""
+        return {rel for rel in map(_farm_rel, self.filenames) if rel is not None}
+
     def files(self) -> dict[str, str]:
-        rels = {rel for rel in map(_farm_rel, self.filenames) if rel is not None}
-        out = {}
-        for rel in sorted(rels):
-            sha = _code_hash(rel)
-            if sha is None:  # removed while this build runs: it cannot be recorded, so nothing is accepted
-                raise FarmError(f"farm/{rel} ran during verification and is no longer a file",
-                                "restore it (or finish the edit), then run `farm build` again")
-            out[rel] = sha
-        return out
+        return code_hashes(frozenset(self.farm_files()))
+
+
+def code_hashes(rels: frozenset[str]) -> dict[str, str]:
+    """{rel: SHA256} of farm code files recorded as a row's verifier; one removed while the build runs
+    cannot be recorded, so nothing is accepted."""
+    out = {}
+    for rel in sorted(rels):
+        sha = _code_hash(rel)
+        if sha is None:
+            raise FarmError(f"farm/{rel} decides verification and is no longer a file",
+                            "restore it (or finish the edit), then run `farm build` again")
+        out[rel] = sha
+    return out
 
 
 @functools.cache

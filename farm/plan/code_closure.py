@@ -1,0 +1,170 @@
+"""Which farm files can run when given functions run: a static superset, the same in every process.
+
+A row's verifier record (manifest `inputs.verifier`) must name every farm file whose code can decide the
+row's acceptance, and be the same set in every build (a compile, a restore from the cache, a re-verify),
+whichever other farm modules the process happened to load. Profiling what ran gives only what one run took;
+this derives, from the code itself, everything that can run:
+
+1. the files of the entry functions, and of every function or class of their own module they name
+   (their code objects' names, nested code included), transitively;
+2. every farm module those functions name that lives elsewhere (a module, or a function, class or object
+   imported from one), and the modules of the entry functions' annotated parameter types (the objects a
+   caller hands in: their methods run too);
+3. the import closure of those modules, read from their source (AST): every `import`/`from ... import`
+   anywhere in the file, inside functions too, transitively; with each package's `__init__.py` on the way.
+
+Why a superset: Python code runs only through a name. Code in a function runs what its module's globals
+and its arguments lead to; a module's code can reach only what it imports (at the top or in a function),
+or what is handed to it, which was made by code of the same closure. Third-party code (pyelftools, json)
+calls farm code only through farm objects it was handed, which come from the same closure.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import sys
+import types
+import typing
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from farm.contract import FARM_DIR, farm_rel
+
+
+def files_of(functions: Sequence[Callable[..., object]]) -> frozenset[str]:
+    """Paths relative to farm/ of every farm file that can run when `functions` run (see the module doc)."""
+    files: set[str] = set()
+    roots: set[str] = set()
+    seen: set[int] = set()
+    todo = list(functions)
+    while todo:
+        fn = inspect.unwrap(todo.pop())
+        code = getattr(fn, "__code__", None)
+        if code is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        rel = farm_rel(code.co_filename)
+        if rel is None:
+            continue
+        files.add(rel)
+        home = sys.modules[fn.__module__]
+        roots |= _annotation_modules(fn)
+        for name in _names(code):
+            value = vars(home).get(name)
+            owner = _module_name(value)
+            if owner == home.__name__:  # the module's own function or class: its code, followed
+                todo += _functions(value)
+            elif owner is not None and owner.split(".")[0] == "farm":
+                roots.add(owner)
+    return frozenset(files | import_closure(frozenset(roots)))
+
+
+def _names(code: types.CodeType) -> Iterator[str]:
+    """Every name a code object uses (globals, attributes), nested functions and comprehensions included."""
+    yield from code.co_names
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _names(const)
+
+
+def _module_name(value: object) -> str | None:
+    if isinstance(value, types.ModuleType):
+        return value.__name__
+    name = getattr(value, "__module__", None) if callable(value) else getattr(type(value), "__module__", None)
+    return name if isinstance(name, str) else None
+
+
+def _functions(value: object) -> list[Callable[..., object]]:
+    """A function itself (unwrapped: functools.cache), or every function and method defined on a class
+    (properties included)."""
+    if callable(value) and hasattr(value, "__wrapped__"):
+        value = inspect.unwrap(value)  # type: ignore[arg-type]
+    if inspect.isclass(value):
+        out: list[Callable[..., object]] = []
+        for member in vars(value).values():
+            member = getattr(member, "__func__", member)  # staticmethod, classmethod
+            if isinstance(member, property):
+                out += [f for f in (member.fget, member.fset, member.fdel) if f is not None]
+            elif inspect.isfunction(member) or inspect.isclass(member):
+                out += _functions(member) if inspect.isclass(member) else [member]
+        return out
+    return [value] if inspect.isfunction(value) else []  # type: ignore[list-item]
+
+
+def _annotation_modules(fn: Callable[..., object]) -> set[str]:
+    """The farm modules that define the types of `fn`'s annotated parameters and result."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # noqa: BLE001  an annotation that does not resolve: the module's imports cover it
+        return set()
+    out: set[str] = set()
+    todo = list(hints.values())
+    while todo:
+        hint = todo.pop()
+        todo += typing.get_args(hint)
+        name = getattr(hint, "__module__", None)
+        if isinstance(name, str) and name.split(".")[0] == "farm":
+            out.add(name)
+    return out
+
+
+@functools.cache
+def import_closure(modules: frozenset[str]) -> frozenset[str]:
+    """Files (relative to farm/) of `modules` and every farm module their source imports, transitively."""
+    files: set[str] = set()
+    todo = sorted(modules)
+    done: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in done:
+            continue
+        done.add(name)
+        path = _module_file(name)
+        if path is None:
+            continue
+        files.add(path.relative_to(FARM_DIR).as_posix())
+        todo += _packages_of(name)
+        todo += _imports(path, name)
+    return frozenset(files)
+
+
+def _module_file(name: str) -> Path | None:
+    """farm.a.b -> farm/a/b.py or farm/a/b/__init__.py; None when it is not a farm source file."""
+    parts = name.split(".")
+    if parts[0] != "farm":
+        return None
+    base = FARM_DIR.joinpath(*parts[1:])
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _packages_of(name: str) -> list[str]:
+    """The packages an import of `name` runs first: farm, farm.a for farm.a.b."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _imports(path: Path, name: str) -> list[str]:
+    """The farm modules `path` imports anywhere (top level, functions, TYPE_CHECKING blocks)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(node, package)
+            found.append(base)
+            found += [f"{base}.{alias.name}" for alias in node.names]  # `from pkg import module`
+    return [m for m in found if m.split(".")[0] == "farm"]
+
+
+def _absolute(node: ast.ImportFrom, package: str) -> str:
+    if not node.level:
+        return node.module or ""
+    parts = package.split(".")
+    base = ".".join(parts[: len(parts) - node.level + 1])
+    return f"{base}.{node.module}" if node.module else base
