@@ -9,7 +9,6 @@ bench's builds started is stopped at the end (`farm cluster down`); one that was
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -20,8 +19,9 @@ from pathlib import Path
 
 from peak_memory import PeakMemory
 
-from farm.execute import standing
+from farm.execute import autostart, standing, standing_files
 from farm.store.report import ReportRow
+from farm.table.config import FarmConfig
 from farm.table.rows import Row
 
 USING_STANDING = "using the standing cluster"  # the build's log line when it runs on the warm daemon
@@ -84,13 +84,24 @@ def default_path(root: Path) -> Iterator[bool]:
     try:
         yield before
     finally:
+        if not before:
+            _let_a_start_finish(root)
         if not before and standing.running(root) is not None:
             subprocess.run([sys.executable, "-m", "farm.cli", "cluster", "down"], stdout=subprocess.DEVNULL,
                            check=False)
             print("  (stopped the standing cluster the bench's builds started: farm cluster down)", flush=True)
 
 
-def ci_note() -> str | None:
-    """Why the default path may be a private cluster here: auto-start is off when CI=true."""
-    value = os.environ.get("CI")
-    return f"CI={value} is set: the defaults do not auto-start a standing cluster" if value else None
+def _let_a_start_finish(root: Path) -> None:
+    """A daemon a build started but stopped waiting for (it built on a private cluster) is still coming up:
+    wait for it to be up or gone, so that it can be stopped instead of left running."""
+    deadline = time.monotonic() + standing.START_TIMEOUT_S
+    while standing_files.starting(root) and standing.running(root) is None and time.monotonic() < deadline:
+        time.sleep(1.0)
+
+
+def auto_start_note(cfg: FarmConfig) -> str | None:
+    """Why the build here does not start a standing cluster (CI=true, executor.auto_start=false, ...): its
+    path is then a private cluster unless one is already up."""
+    reason = autostart.off_reason(cfg)
+    return f"this farm build does not auto-start a standing cluster ({reason})" if reason else None

@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 
 import phase_table
-from farm_way import FarmRun, ci_note, default_path, farm_build, file_name
+from farm_way import FarmRun, auto_start_note, default_path, farm_build, file_name
 from ways import WayRun, way_fresh, way_sequential
 
 from farm.table import config as config_mod
@@ -99,8 +99,8 @@ def main(argv: list[str]) -> int:
     cores = int(cfg.executor.get("num_cpus") or os.cpu_count() or 1)
     print(f"bench: {len(rows)} rows ({', '.join(sorted({r.op for r in rows}))}) on "
           f"{len(set(r.target for r in rows))} target(s), {cores} cores", flush=True)
-    if ci_note():
-        print(f"  note: {ci_note()}", flush=True)
+    if auto_start_note(cfg):
+        print(f"  note: {auto_start_note(cfg)}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="farm-bench-"))
     try:
         seq = way_sequential(cfg, rows, work / "sequential", cores)
