@@ -81,8 +81,8 @@ class RayExecutor:
             address = self.cfg.get("address")
             if not address or address == "???":
                 raise FarmError("executor=cluster needs an address", "add executor.address=HOST:PORT")
-            token, self._auth_saved = ray_auth.use(self.cfg.get("auth_token_path"))
-            ray_auth.check(str(address), token)  # a refused token is named now, not after ray.init's retries
+            # A missing or refused token is named now, not blamed on the address after ray.init's retries.
+            self._auth_saved = ray_auth.prepare(str(address), self.cfg.get("auth_token_path"))
             farm_dir = str(Path(__file__).resolve().parent.parent)  # the farm package
             # Without a working_dir, Ray puts the driver's working directory first on every
             # worker's sys.path: run from a checkout, a node's own files at that path would shadow

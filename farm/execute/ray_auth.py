@@ -6,8 +6,9 @@ Ray (2.60) looks for a token in RAY_AUTH_TOKEN, then the file RAY_AUTH_TOKEN_PAT
 ~/.ray/auth_token; but it sends one only when RAY_AUTH_MODE=token, and a driver given an explicit
 address never turns that on by itself. A cluster started by `ray start --head` on a machine that holds
 ~/.ray/auth_token requires the token, so such a driver is refused (InvalidAuthToken, visible only in
-Ray's log lines) and ray.init gives up after ~20 s blaming the address. Sending a token to a cluster
-without authentication is harmless, so the farm sends one whenever it finds one.
+Ray's log lines) and ray.init gives up after ~20 s blaming the address. The farm asks the cluster's GCS
+first (without a token, then with the one it found) and turns token mode on only when the cluster
+requires it.
 """
 
 from __future__ import annotations
@@ -63,20 +64,41 @@ def find(configured: str | None) -> Token | None:
     return Token(str(path), path) if path.is_file() else None
 
 
-def use(configured: str | None) -> tuple[Token | None, Saved]:
-    """Make this process's Ray send the token found (if any); returns it and what to restore."""
+def prepare(address: str, configured: str | None) -> Saved:
+    """Before ray.init(address): set this process's Ray up to send the cluster's token exactly when the
+    cluster requires one, or raise one FarmError naming the problem. Returns what to restore.
+
+    Why not always send a token found: a driver in token mode also requires tokens on its own RPC
+    server, so the workers of a cluster without authentication could not reach it (actors die).
+    An explicit RAY_AUTH_MODE stays the user's; ray:// and `auto` addresses are left to Ray."""
     token = find(configured)
     saved: Saved = {name: os.environ.get(name) for name in (MODE_ENV, TOKEN_ENV, PATH_ENV)}
-    if token is None:
-        return None, saved
-    if configured and token.path is not None:  # the config key wins over Ray's own places
+    host, _, port = address.rpartition(":")
+    if "://" in address or not host or not port.isdigit():
+        return saved
+    reachable(address, host, int(port))
+    if MODE_ENV not in os.environ:
+        os.environ[MODE_ENV] = "disabled"  # first ask without a token: does the cluster require one?
+        ray_compat.reload_auth_config()
+        first = ray_compat.gcs_token_refusal(address)
+        if first is None:
+            restore(saved)
+            return saved
+        if token is None:
+            restore(saved)
+            raise refused(address, None, first)
+        os.environ[MODE_ENV] = "token"
+    if configured and token is not None and token.path is not None:  # the config key wins over Ray's places
         os.environ.pop(TOKEN_ENV, None)
         os.environ[PATH_ENV] = str(token.path)
-    os.environ.setdefault(MODE_ENV, "token")  # an explicit RAY_AUTH_MODE stays the user's
     ray_compat.reload_auth_config()
-    if token.path is not None:
+    refusal = ray_compat.gcs_token_refusal(address)
+    if refusal is not None:
+        restore(saved)
+        raise refused(address, token, refusal)
+    if token is not None and token.path is not None and os.environ.get(MODE_ENV) == "token":
         warn_if_readable(token.path)
-    return token, saved
+    return saved
 
 
 def restore(saved: Saved) -> None:
@@ -99,28 +121,25 @@ def warn_if_readable(path: Path) -> None:
                     path, stat.S_IMODE(mode), path)
 
 
-def check(address: str, token: Token | None) -> None:
-    """Before ray.init: the cluster's GCS at HOST:PORT answers and accepts this process's token, or one
-    FarmError says which of the two is wrong. Ray Client addresses (ray://) and `auto` are left to Ray."""
-    host, _, port = address.rpartition(":")
-    if "://" in address or not host or not port.isdigit():
-        return
+def reachable(address: str, host: str, port: int) -> None:
+    """Something listens at the cluster's GCS port (else ray.init would retry for ~20 s)."""
     try:
-        with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S):
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
             pass
     except OSError as exc:
         raise FarmError(f"nothing answers at executor.address={address} ({exc})",
                         "start the cluster's head there (ray start --head --port=PORT), "
                         "or fix executor.address") from None
-    refusal = ray_compat.gcs_token_refusal(address)
-    if refusal is None:
-        return
+
+
+def refused(address: str, token: Token | None, refusal: str) -> FarmError:
+    """The error for a cluster that refuses what this process sends (Ray's words in parentheses)."""
     if os.environ.get(MODE_ENV, "").lower() == "disabled":
-        raise FarmError(f"the Ray cluster at {address} requires an auth token, and RAY_AUTH_MODE=disabled in "
-                        f"this environment keeps Ray from sending one (Ray: {refusal})",
-                        f"unset RAY_AUTH_MODE; then {FIX_TOKEN}")
+        return FarmError(f"the Ray cluster at {address} requires an auth token, and RAY_AUTH_MODE=disabled in "
+                         f"this environment keeps Ray from sending one (Ray: {refusal})",
+                         f"unset RAY_AUTH_MODE; then {FIX_TOKEN}")
     if token is None:
-        raise FarmError(f"the Ray cluster at {address} requires an auth token, and none was found "
-                        f"({TOKEN_ENV} and {PATH_ENV} unset, no {default_path()}; Ray: {refusal})", FIX_TOKEN)
-    raise FarmError(f"the Ray cluster at {address} refused the auth token from {token.source} (Ray: {refusal})",
-                    f"use that cluster's own token: {FIX_TOKEN}")
+        return FarmError(f"the Ray cluster at {address} requires an auth token, and none was found "
+                         f"({TOKEN_ENV} and {PATH_ENV} unset, no {default_path()}; Ray: {refusal})", FIX_TOKEN)
+    return FarmError(f"the Ray cluster at {address} refused the auth token from {token.source} (Ray: {refusal})",
+                     f"use that cluster's own token: {FIX_TOKEN}")
