@@ -6,10 +6,10 @@ from collections import Counter
 from dataclasses import dataclass
 
 from farm.core.canonical import sha256_bytes
-from farm.plan.digest import current_inputs, input_changes
+from farm.plan.digest import CompileRecord, farm_hashes, input_changes, inputs_of
 from farm.plan.sources import Tree, shipped_names
 from farm.store import manifest
-from farm.store.manifest import RecordedEntry
+from farm.store.manifest import Hashes, Inputs, RecordedEntry
 from farm.store.outtree import OutputDir
 from farm.table.config import FarmConfig
 from farm.table.rows import Row
@@ -67,8 +67,34 @@ def read_directory(cfg: FarmConfig, op: str, target: str) -> DirectoryState:
     return DirectoryState(listing.entries, hashes, kinds, broken)
 
 
+class CurrentInputs:
+    """What rows' recorded inputs are today, for one planning pass. Rows of an op record the same files
+    (sources, farm code) and lookups, so each distinct set of recorded names is evaluated once per pass,
+    not once per row: the answer depends only on the names (`CompileRecord.current`, `farm_hashes` read
+    no recorded hash), so every row is still compared with every file as it is on disk now."""
+
+    def __init__(self, cfg: FarmConfig, tree: Tree) -> None:
+        self.cfg = cfg
+        self.tree = tree
+        self._known: dict[tuple[tuple[str, ...], ...], tuple[CompileRecord, Hashes]] = {}
+
+    def of(self, row: Row, recorded: dict) -> Inputs:
+        key = tuple(_names(recorded.get(field)) for field in ("sources", "lookups", "generator", "verifier"))
+        if key not in self._known:
+            self._known[key] = (CompileRecord.current(self.cfg.kernels_dir, self.tree, recorded),
+                                farm_hashes(recorded.get("verifier")))
+        compiled, verifier = self._known[key]
+        return inputs_of(self.cfg, row, compiled, verifier)
+
+
+def _names(field: object) -> tuple[str, ...]:
+    """The names a recorded field lists (its keys); anything but a JSON object lists none, as there."""
+    return tuple(sorted(str(k) for k in field)) if isinstance(field, dict) else ()
+
+
 def decide(cfg: FarmConfig, rows: list[Row]) -> list[Decision]:
     tree = Tree.of(shipped_names(cfg.kernels_dir))  # what a build would ship now: the lookups' answers
+    current = CurrentInputs(cfg, tree)
     decisions = []
     cache: dict[tuple[str, str], DirectoryState] = {}
     for row in rows:
@@ -90,20 +116,22 @@ def decide(cfg: FarmConfig, rows: list[Row]) -> list[Decision]:
         elif state.sha256.get(row.file_name) != entry.get("sha256"):
             decisions.append(Decision(row, "tampered", f"{row.file_name} SHA256 differs from its manifest entry"))
         else:
-            decisions.append(_by_inputs(cfg, row, entry.get("inputs"), tree))
+            decisions.append(_by_inputs(row, entry.get("inputs"), current))
     return decisions
 
 
-def decide_cached(cfg: FarmConfig, row: Row, entry: RecordedEntry, tree: Tree) -> Decision:
+def decide_cached(cfg: FarmConfig, row: Row, entry: RecordedEntry, tree: Tree,
+                  current: CurrentInputs | None = None) -> Decision:
     """What `decide` would say of a manifest entry found elsewhere (the DVC cache, farm/restore/) were it on
-    disk with its intact object: the same input comparison, so an entry stale on disk is stale there too."""
-    return _by_inputs(cfg, row, entry.get("inputs"), tree)
+    disk with its intact object: the same input comparison, so an entry stale on disk is stale there too.
+    `current`, shared by the calls of one pass, evaluates each set of recorded files once."""
+    return _by_inputs(row, entry.get("inputs"), current or CurrentInputs(cfg, tree))
 
 
-def _by_inputs(cfg: FarmConfig, row: Row, recorded: object, tree: Tree) -> Decision:
+def _by_inputs(row: Row, recorded: object, current: CurrentInputs) -> Decision:
     """Up to date, re-verify (only verification code changed) or inputs-changed, with every change named."""
     recorded = recorded if isinstance(recorded, dict) else {}
-    changes = input_changes(recorded, current_inputs(cfg, row, tree, recorded))
+    changes = input_changes(recorded, current.of(row, recorded))
     reason = "; ".join(c.reason for c in changes)
     if not changes:
         return Decision(row, UP_TO_DATE, "")
