@@ -49,7 +49,7 @@ from farm.worker.phases import COMPILE, Timeline
 # e.g. coop reductions) pick their ROCm implementations by backend name, so under any other name a kernel
 # traces to other code (measured: another object). `register_backend(..., force=True)` replaces it.
 BACKEND = "rocm"
-LLVM_DIR_ENV = "FLYDSL_COMPILE_LLVM_DIR"  # FlyDSL runs `<dir>/bin/mlir-opt` for the binary pass
+LLVM_DIR_ENV = "FLYDSL_COMPILE_LLVM_DIR"  # set: FlyDSL stops before the binary pass and calls its external step
 
 # PRIVATE (in effect): modules FlyDSL 0.3.4 imports lazily during a process's first compile (measured on
 # every kernel family here). The warm server imports them once instead of in every child: a forked

@@ -7,8 +7,9 @@ abort kills only that child, and nothing one compile does can leak into the next
 Protocol (one JSON object per line): the zygote says {"ready": true} once its imports are done; then
 the parent writes a job {request, result, log, env, cwd, timeout_s} and the zygote replies
 {"pid": P} as soon as it forked the job's child, then {"returncode": N} (negative: killed by that
-signal). The parent enforces the row's deadline: past it, it kills child P itself, because a compile
-can install its own SIGALRM handler and outlive the child's alarm.
+signal) as soon as the child told its code, its files written (it finishes exiting meanwhile:
+farm/worker/forking.py). The parent enforces the row's deadline: past it, it kills child P itself,
+because a compile can install its own SIGALRM handler and outlive the child's alarm.
 """
 
 from __future__ import annotations
