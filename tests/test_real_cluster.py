@@ -202,6 +202,7 @@ def test_missing_or_wrong_token_is_named(real_cluster: RealCluster, project: Pat
         errors = [line for line in proc.stderr.splitlines() if line.startswith("farm build: error:")]
         assert len(errors) == 1 and said in errors[0] and "InvalidAuthToken" in errors[0], proc.stderr
         assert "executor.address" not in proc.stderr, proc.stderr
+        assert "gcs_client.cc" not in proc.stderr, "Ray's own log lines leaked: " + proc.stderr
         assert "executor.auth_token_path=FILE" in proc.stderr
         assert not (tmp_path / case).exists()
 
@@ -246,7 +247,9 @@ def test_build_survives_a_worker_node_killed_mid_build(real_cluster: RealCluster
             with contextlib.suppress(psutil.Error):
                 proc.kill()
         written_at_kill = len(recorded(out))
+        killed_at = time.time()
         _kill(doomed)
+        interrupted = in_flight(rc, victim)  # their work dirs were never cleaned up
         assert not [p.pid for p in doomed if p.is_running()]
         code = build.wait(timeout=600)
     finally:
@@ -256,8 +259,15 @@ def test_build_survives_a_worker_node_killed_mid_build(real_cluster: RealCluster
     text = (tmp_path / "build.log").read_text()
     assert code == 0, text
     assert written_at_kill < ROWS, "the node died after the build had everything"
+    assert "gcs_client.cc" not in text and "InvalidAuthToken" not in text, text
     rows = json.loads((reports / "latest-build.json").read_text())["rows"]
     assert len(rows) == ROWS and all(r["written"] for r in rows)
+    # The rows cut off by the kill were compiled again, after it, on the surviving node.
+    assert interrupted, "the kill cut off no row"
+    by_key = {r["key"]: r for r in rows}
+    for key in interrupted:
+        assert by_key[key]["finished_unix"] > killed_at, by_key[key]
+    assert len({r["node"] for r in rows if r["key"] in interrupted}) == 1
     assert_golden(out, ROWS)
 
 

@@ -7,8 +7,11 @@ ray.wait, ray.get_runtime_context(), ray.nodes(). Nothing here changes what a co
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +99,20 @@ def has_auth_token() -> bool:
         return False
 
 
+@contextlib.contextmanager
+def quiet_stderr() -> Iterator[None]:
+    """File descriptor 2 goes to /dev/null for a moment (native code writes there, not to sys.stderr)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def gcs_token_refusal(address: str) -> str | None:
     """Ray's own words when the GCS at `address` (HOST:PORT) refuses this process's token, else None.
 
@@ -106,7 +123,8 @@ def gcs_token_refusal(address: str) -> str | None:
     from ray._raylet import GcsClient
 
     try:
-        GcsClient(address=address)
+        with quiet_stderr():  # Ray's C++ client logs each refusal as a warning line: the caller says it once
+            GcsClient(address=address)
     except AuthenticationError as exc:
         text = str(getattr(exc, "message", "") or exc)
         return text.strip().splitlines()[0] if "InvalidAuthToken" in text else None
