@@ -51,8 +51,25 @@ def file_name(key: str) -> str:
     return key.replace("/", "__") + ".hsaco"
 
 
+class CodeChanged(SystemExit):
+    """A build whose rows were refused because the farm's code changed under it (a transient failure)."""
+
+
+CODE_CHANGED = "runs different farm generator code"  # the build's refusal when worker and driver code differ
+
+
 def farm_build(overrides: list[str], rows: list[Row], work: Path, root: Path, extra: tuple[str, ...] = ()) -> FarmRun:
-    """`farm build` of the selection into `work`/outputs (report in `work`/reports); SystemExit on failure."""
+    """`farm build` of the selection into `work`/outputs (report in `work`/reports); SystemExit on failure.
+    A build refused because the farm's code changed while it ran (someone editing farm/) is run once more,
+    into a fresh directory, and said so."""
+    try:
+        return _farm_build(overrides, rows, work, root, extra)
+    except CodeChanged as exc:
+        print(f"  ({work.name}: {exc}; running that build again into a fresh directory)", flush=True)
+        return _farm_build(overrides, rows, work.with_name(work.name + "-again"), root, extra)
+
+
+def _farm_build(overrides: list[str], rows: list[Row], work: Path, root: Path, extra: tuple[str, ...]) -> FarmRun:
     outputs, reports = work / "outputs", work / "reports"
     # cache.restore=false: the bench measures compiling; restoring published objects from the DVC cache
     # (the default for a row outputs.dvc publishes) would measure a download instead.
@@ -65,6 +82,8 @@ def farm_build(overrides: list[str], rows: list[Row], work: Path, root: Path, ex
     stdout, stderr = proc.communicate()
     wall = time.monotonic() - started
     peak_gib = peak.stop()
+    if proc.returncode != 0 and CODE_CHANGED in stderr:
+        raise CodeChanged(f"farm build had rows that {CODE_CHANGED} (farm/ was edited while it ran)")
     if proc.returncode != 0:
         raise SystemExit(f"farm build failed ({' '.join(command[3:])}):\n{stdout}\n{stderr[-3000:]}")
     objects = {file_name(r.key): (outputs / r.op / r.target / r.file_name).read_bytes() for r in rows}
