@@ -12,7 +12,8 @@
     into a fresh outputs directory, twice: first the warm-up build (it may start the standing cluster's
     daemon; printed, not used in the ratios), then the measured build of the same rows. The output says
     which cluster each ran on. A daemon the bench's builds started is stopped at the end
-    (`farm cluster down`); one that was up before the bench is used and left up.
+    (`farm cluster down`); one that was up before the bench is used and left up. A build refused because
+    farm/ was edited while it ran is run once more (bench/farm_way.py).
 --private adds a reference line: `farm build executor.standing=false` (a private cluster per build).
 
 Numbers, all from the measured farm build and the sequential way of the same run:
