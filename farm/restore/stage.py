@@ -6,30 +6,28 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from farm.contract import CompileResult
 from farm.core.canonical import sha256_bytes
 from farm.core.errors import FarmError
 from farm.plan.decide import REVERIFY, UP_TO_DATE, Decision, decide_cached
-from farm.plan.digest import CodeRecorder, CompileRecord
 from farm.plan.sources import Tree, shipped_names
+from farm.restore.verifying import NODE, Checks, Verdict, Verifiers
 from farm.restore.view import CacheView, Unreachable, pointer_of
 from farm.store import manifest
-from farm.store.manifest import Entry, RecordedEntry
+from farm.store.manifest import Entry, RecordedEntry, RecordedInputs
 from farm.store.outtree import MANIFEST
 from farm.store.progress import BuildProgress
 from farm.store.report import ReportRow
 from farm.table.config import FarmConfig
 from farm.table.rows import Row
-from farm.toolchain.installed import compile_part
 
 log = logging.getLogger(__name__)
 
-NODE = "DVC cache"  # a restored object's "node": where its bytes came from
-Counts = dict[str, dict[str, int]] | str
+CHUNK = 48  # objects per verification task: one disassembler run each, several tasks per directory
 
 
 class Writer(Protocol):
@@ -38,16 +36,6 @@ class Writer(Protocol):
     def write_object(self, row: Row, elf: bytes, entry: Entry) -> None: ...
 
     def flush(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class Checks:
-    """The build's own acceptance, handed down (build sits above this stage): `disassemble` and `accept` of
-    farm/build.py, so a restored object passes exactly the checks a freshly compiled one does."""
-
-    disassemble: Callable[[FarmConfig, list[tuple[Row, CompileResult]]], dict[str, Counts]]
-    accept: Callable[[FarmConfig, Row, CompileResult, CompileRecord, Counts, frozenset[str]],
-                     tuple[Entry | None, str | None]]
 
 
 @dataclass
@@ -73,30 +61,81 @@ def restore(cfg: FarmConfig, todo: list[Decision], writer: Writer, report_rows: 
     pointer = pointer_of(cfg) if todo and restore_on(cfg) else None
     if pointer is None:
         return Outcome(compile=list(todo))
-    try:
-        view = CacheView(cfg, pointer)
-    except Unreachable as exc:
-        log.warning("restore: %s; compiling every row", exc.what)
-        return Outcome(compile=list(todo))
+    with Verifiers(cfg, checks) as verifiers:  # forked first: no DVC or progress thread exists yet
+        try:
+            view = CacheView(cfg, pointer)
+        except Unreachable as exc:
+            log.warning("restore: %s; compiling every row", exc.what)
+            return Outcome(compile=list(todo))
+        with BuildProgress([d.row.key for d in todo], 1, sys.stderr, phase="restoring") as progress:
+            outcome = _restore_all(cfg, view, todo, verifiers, _Sink(writer, report_rows, progress))
+    log.info("restored %d of %d rows from %s (%s); compiling %d", outcome.restored, len(todo), pointer.path.name,
+             view.remote.describe(), len(outcome.compile))
+    return outcome
+
+
+@dataclass
+class _Sink:
+    """Where verdicts go: objects and entries to the build's writer, rows to the report, counts to progress."""
+
+    writer: Writer
+    report_rows: list[ReportRow]
+    progress: BuildProgress
+
+    def take(self, outcome: Outcome, batch: list[tuple[Decision, bytes]], verdicts: list[Verdict]) -> None:
+        by_key = {key: (entry, refused) for key, entry, refused in verdicts}
+        restored = 0
+        for d, data in batch:
+            entry, refused = by_key.get(d.row.key, (None, "it was not verified"))
+            if entry is None:
+                log.warning("REFUSED cached %s: %s; compiling it", d.row.key, refused)
+                outcome.compile.append(d)
+                continue
+            self.writer.write_object(d.row, data, entry)
+            self.report_rows.append({"key": d.row.key, "ok": True, "node": NODE, "restored": True, "written": True,
+                                     "refused": None})
+            restored += 1
+        self.writer.flush()
+        outcome.restored += restored
+        self.progress.update(len(batch), restored=restored)
+
+
+def _restore_all(cfg: FarmConfig, view: CacheView, todo: list[Decision], verifiers: Verifiers,
+                 sink: _Sink) -> Outcome:
+    """Fetch directory by directory in the driver while the workers verify what was fetched before."""
     outcome = Outcome(consulted=True)
     tree = Tree.of(shipped_names(cfg.kernels_dir))  # what `decide` judges lookups against
     by_dir: dict[tuple[str, str], list[Decision]] = {}
     for d in todo:
         by_dir.setdefault((d.row.op, d.row.target), []).append(d)
-    with BuildProgress([d.row.key for d in todo], 1, sys.stderr, phase="restoring") as progress:
-        for (op, target), decisions in by_dir.items():
-            try:
-                fetched, left = _fetch(cfg, view, op, target, decisions, tree)
-            except Unreachable as exc:
-                log.warning("restore: %s; compiling %s/%s/ instead", exc.what, op, target)
-                fetched, left = [], decisions
-            restored = _accept(cfg, fetched, writer, report_rows, checks)
-            outcome.restored += len(restored)
-            outcome.compile += left + [d for d, _, _ in fetched if d.row.key not in restored]
-            progress.update(len(decisions), restored=len(restored))
-    log.info("restored %d of %d rows from %s (%s); compiling %d", outcome.restored, len(todo), pointer.path.name,
-             view.remote.describe(), len(outcome.compile))
+    pending: list[tuple[list[tuple[Decision, bytes]], Future[list[Verdict]]]] = []
+    for (op, target), decisions in by_dir.items():
+        try:
+            fetched, left = _fetch(cfg, view, op, target, decisions, tree)
+        except Unreachable as exc:
+            log.warning("restore: %s; compiling %s/%s/ instead", exc.what, op, target)
+            fetched, left = [], decisions
+        outcome.compile += left
+        sink.progress.update(len(left))
+        for i in range(0, len(fetched), CHUNK):
+            chunk = fetched[i:i + CHUNK]
+            task = [(d.row, _inputs(entry), data) for d, entry, data in chunk]
+            pending.append(([(d, data) for d, _, data in chunk], verifiers.submit(task)))
+        while pending and pending[0][1].done():  # write what is verified while fetching the rest
+            _drain(outcome, sink, *pending.pop(0))
+    for batch, future in pending:
+        _drain(outcome, sink, batch, future)
     return outcome
+
+
+def _drain(outcome: Outcome, sink: _Sink, batch: list[tuple[Decision, bytes]],
+           future: Future[list[Verdict]]) -> None:
+    try:
+        verdicts = future.result()
+    except (BrokenProcessPool, OSError) as exc:  # a worker died: its rows compile instead
+        log.warning("restore: verifying %d rows failed (%s); compiling them", len(batch), exc)
+        verdicts = []
+    sink.take(outcome, batch, verdicts)
 
 
 def _fetch(cfg: FarmConfig, view: CacheView, op: str, target: str, decisions: list[Decision],
@@ -142,34 +181,6 @@ def _cached_entries(view: CacheView, op: str, target: str, listing: dict[str, st
         return {}
 
 
-def _accept(cfg: FarmConfig, fetched: list[tuple[Decision, RecordedEntry, bytes]], writer: Writer,
-            report_rows: list[ReportRow], checks: Checks) -> set[str]:
-    """Verify and write the fetched objects the way the build verifies a worker's results (farm/build.py
-    `_collect`, `reverify`); returns the keys written."""
-    pin = compile_part(cfg.toolchain_pin)
-    results = [(d.row, CompileRecord.of_entry(_inputs(entry)),
-                CompileResult(key=d.row.key, ok=True, elf=data, node=NODE, toolchain=pin))
-               for d, entry, data in fetched]
-    pairs = [(row, result) for row, _, result in results]
-    # Only the build's own functions run while recording: the verifier files recorded must be those a
-    # compiled row records, or a restored manifest would differ from a compiled one.
-    with CodeRecorder() as code:
-        counts = checks.disassemble(cfg, pairs)
-    written = set()
-    for row, compiled, result in results:
-        entry, refused = checks.accept(cfg, row, result, compiled, counts.get(row.key, "it was not disassembled"),
-                                       frozenset(code.filenames))
-        if entry is None or result.elf is None:
-            log.warning("REFUSED cached %s: %s; compiling it", row.key, refused)
-            continue
-        writer.write_object(row, result.elf, entry)
-        written.add(row.key)
-        report_rows.append({"key": row.key, "ok": True, "node": NODE, "restored": True, "written": True,
-                            "refused": None})
-    writer.flush()
-    return written
-
-
-def _inputs(entry: RecordedEntry) -> dict[str, object]:
+def _inputs(entry: RecordedEntry) -> RecordedInputs:
     inputs = entry.get("inputs")
     return inputs if isinstance(inputs, dict) else {}
