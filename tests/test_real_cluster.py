@@ -278,7 +278,8 @@ def test_a_private_local_cluster_writes_no_readable_token(real_cluster: RealClus
     home.mkdir()
     temp = real_cluster.root / "t"
     temp.mkdir(mode=0o700)
-    script = ("import ray\nfrom farm.execute import ray_compat\n"
+    # The usual umask, under which Ray's own write makes the token readable by everyone.
+    script = ("import os\nos.umask(0o022)\nimport ray\nfrom farm.execute import ray_compat\n"
               f"ray_compat.init_local(1, {str(temp)!r}, include_dashboard=False, logging_level='ERROR')\n"
               "ray.shutdown()\n")
     proc = subprocess.run([sys.executable, "-c", script], env=ray_env(home), capture_output=True, text=True,
