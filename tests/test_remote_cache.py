@@ -16,6 +16,7 @@ from conftest import run_farm, small_copy
 
 from farm.assure import audit as audit_mod
 from farm.cli.selection import load, selected_rows
+from farm.store.progress import BuildProgress
 
 SEL = "targets=[gfx942]"
 TARGET_DIR = "rmsnorm/gfx942"
@@ -134,3 +135,12 @@ def test_audit_compiles_for_real(published: Path, tmp_path: Path, monkeypatch: p
     out = io.StringIO()
     assert audit_mod.audit(cfg, rows, every, words, out=out) == 0, out.getvalue()
     assert len(rebuilds) == 1 and rebuilds[0]["built"] == 1 and rebuilds[0]["restored"] == 0
+
+
+def test_the_progress_line_says_restored_and_left_to_compile() -> None:
+    clock = iter([0.0, 2.0])
+    progress = BuildProgress(["a", "b", "c", "d"], 1, io.StringIO(), period_s=60, clock=lambda: next(clock),
+                             phase="restoring")
+    progress.update(3, restored=2)
+    line = progress.status().line()
+    assert line == "progress: restoring 3/4 rows: 2 restored, 1 to compile; 1.50 rows/s, ETA 1 s"

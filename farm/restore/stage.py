@@ -13,7 +13,7 @@ from typing import Protocol
 
 from farm.core.canonical import sha256_bytes
 from farm.core.errors import FarmError
-from farm.plan.decide import REVERIFY, UP_TO_DATE, Decision, decide_cached
+from farm.plan.decide import REVERIFY, UP_TO_DATE, CurrentInputs, Decision, decide_cached
 from farm.plan.sources import Tree, shipped_names
 from farm.restore.verifying import NODE, Checks, Verdict, Verifiers
 from farm.restore.view import CacheView, Unreachable, pointer_of
@@ -104,14 +104,15 @@ def _restore_all(cfg: FarmConfig, view: CacheView, todo: list[Decision], verifie
                  sink: _Sink) -> Outcome:
     """Fetch directory by directory in the driver while the workers verify what was fetched before."""
     outcome = Outcome(consulted=True)
-    tree = Tree.of(shipped_names(cfg.kernels_dir))  # what `decide` judges lookups against
+    # What `decide` judges lookups against, and today's inputs shared by every row of this pass.
+    current = CurrentInputs(cfg, Tree.of(shipped_names(cfg.kernels_dir)))
     by_dir: dict[tuple[str, str], list[Decision]] = {}
     for d in todo:
         by_dir.setdefault((d.row.op, d.row.target), []).append(d)
     pending: list[tuple[list[tuple[Decision, bytes]], Future[list[Verdict]]]] = []
     for (op, target), decisions in by_dir.items():
         try:
-            fetched, left = _fetch(cfg, view, op, target, decisions, tree)
+            fetched, left = _fetch(cfg, view, op, target, decisions, current)
         except Unreachable as exc:
             log.warning("restore: %s; compiling %s/%s/ instead", exc.what, op, target)
             fetched, left = [], decisions
@@ -139,7 +140,7 @@ def _drain(outcome: Outcome, sink: _Sink, batch: list[tuple[Decision, bytes]],
 
 
 def _fetch(cfg: FarmConfig, view: CacheView, op: str, target: str, decisions: list[Decision],
-           tree: Tree) -> tuple[list[tuple[Decision, RecordedEntry, bytes]], list[Decision]]:
+           current: CurrentInputs) -> tuple[list[tuple[Decision, RecordedEntry, bytes]], list[Decision]]:
     """The published objects of one directory whose entries are current and whose bytes are intact, and the
     rows that must compile instead."""
     listing = view.listing(op, target)
@@ -148,9 +149,11 @@ def _fetch(cfg: FarmConfig, view: CacheView, op: str, target: str, decisions: li
     for d in decisions:
         entry = entries.get(d.row.file_name)
         # Current means what up to date means on disk; only-verification-changed is re-verified below anyway.
-        if entry is None or decide_cached(cfg, d.row, entry, tree).status not in (UP_TO_DATE, REVERIFY):
+        status = decide_cached(cfg, d.row, entry, current.tree, current).status if entry is not None else None
+        if status not in (UP_TO_DATE, REVERIFY):
             left.append(d)
             continue
+        assert entry is not None  # a row without an entry has no status
         md5 = listing.get(d.row.file_name)
         data = view.read(op, target, d.row.file_name, md5) if md5 else "the pointer lists no such file"
         if isinstance(data, bytes) and sha256_bytes(data) != entry.get("sha256"):
