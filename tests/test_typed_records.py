@@ -34,7 +34,7 @@ def test_written_manifest_and_report_have_exactly_the_typed_fields(built: Path) 
 
 
 def test_report_row_holds_every_result_field_and_the_timeline_reads_only_report_fields() -> None:
-    assert set(REPORT_FIELDS) | {"written", "refused", "reverified"} == ReportRow.__optional_keys__
+    assert set(REPORT_FIELDS) | {"written", "refused", "reverified", "restored"} == ReportRow.__optional_keys__
     assert TimedRow.__optional_keys__ <= ReportRow.__optional_keys__
     # A re-verified row (no times) has no event; a timed one has its lane and its event.
     rows: list[ReportRow] = [
