@@ -42,7 +42,7 @@ def test_report_row_holds_every_result_field_and_the_timeline_reads_only_report_
         {"key": "a/b/d", "ok": True, "node": "n", "pid": 7, "started_unix": 10.0, "finished_unix": 10.5,
          "warnings": ["w"]},
     ]
-    events = chrome_trace(rows)["traceEvents"]
+    events = [e for e in chrome_trace(rows)["traceEvents"] if e["pid"] != 0]  # pid 0: the driver's own lanes
     assert [(e["ph"], e["name"]) for e in events] == [("M", "process_name"), ("M", "thread_name"), ("X", "a/b/d")]
     assert events[-1]["dur"] == 500000 and events[-1]["args"] == {"warnings": 1}
 
