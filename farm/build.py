@@ -63,11 +63,16 @@ class DirectoryWriter:
         self.unwritten: set[tuple[str, str]] = set()
         self.flushed = time.monotonic()
         self.awaiting: list[PhaseJson] = []  # write phases of rows whose entries the next flush writes
+        # Per directory: objects written as temporaries, made durable and renamed into place by the next flush.
+        self.staged: dict[tuple[str, str], list[tuple[str, str]]] = {}
 
     def __enter__(self) -> DirectoryWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        for key, staged in self.staged.items():  # never flushed (the build failed): nothing refers to them
+            for tmp, _ in staged:
+                self.dirs[key].discard(tmp)
         for out in self.dirs.values():
             out.close()
 
@@ -90,11 +95,13 @@ class DirectoryWriter:
         return self.entries[(op, target)]
 
     def write_object(self, row: Row, elf: bytes, entry: Entry) -> PhaseJson:
-        """Write the object now; its manifest entry reaches disk at the next `flush` (after this batch).
-        An object on disk without its entry is rebuilt by the next build, so a kill in between loses nothing.
-        Returns the row's write phase; the next flush adds the row's share of its time."""
+        """Write the object as a temporary now; the next `flush` makes it durable, renames it into place,
+        then writes its manifest entry. A kill before that leaves a temporary of a dead writer (removed by the
+        next build) and the row unrecorded, so it is built again. Returns the row's write phase; the next
+        flush adds the row's share of its time."""
         start = time.time()
-        self._dir(row.op, row.target).write_atomic(row.file_name, elf)
+        tmp = self._dir(row.op, row.target).stage(row.file_name, elf)
+        self.staged.setdefault((row.op, row.target), []).append((tmp, row.file_name))
         self._entries(row.op, row.target)[row.file_name] = entry
         self.unwritten.add((row.op, row.target))
         return self._awaiting_flush(start)
@@ -121,6 +128,7 @@ class DirectoryWriter:
         """Write the manifests with new entries: once per batch of results, not per object (rewriting a
         large manifest for every object of a fast build cost the driver more than its verification)."""
         start = time.time()
+        self._publish_staged()
         for op, target in sorted(self.unwritten):
             manifest.write_directory(self.cfg, self.dirs[(op, target)], op, target, self.entries[(op, target)])
         self.unwritten.clear()
@@ -128,6 +136,25 @@ class DirectoryWriter:
         for phase in self.awaiting:  # the rows whose entries this flush wrote share its time
             phase["seconds"] += (time.time() - start) / len(self.awaiting)
         self.awaiting.clear()
+
+    def _publish_staged(self) -> None:
+        """The flush's durable point, before any manifest entry is written: the staged objects' bytes are made
+        durable (one syncfs per file system, not an fsync per object), then renamed into place, and each
+        directory is fsynced so the renames are durable too. So an entry on disk always names an object
+        whose bytes are on disk, and an object's name never shows bytes that a crash could lose."""
+        synced: set[int] = set()
+        for key, staged in sorted(self.staged.items()):
+            out = self.dirs[key]
+            if out.device not in synced and out.sync_filesystem([tmp for tmp, _ in staged]):
+                synced.add(out.device)
+        for key, staged in sorted(self.staged.items()):
+            out = self.dirs[key]
+            while staged:
+                tmp, name = staged[0]
+                out.publish(tmp, name)
+                staged.pop(0)
+            out.sync_entries()
+        self.staged.clear()
 
     def flush_due(self) -> None:
         """`flush` when the last one is FLUSH_EVERY_S old: each flush renders the whole manifest, so one per

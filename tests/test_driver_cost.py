@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from farm import build
+from farm.accept import elffast, elfinfo
 from farm.contract import CompileResult, PhaseJson
 from farm.plan.code_closure import files_of
 from farm.plan.digest import CodeRecorder, CompileRecord, farm_hashes
@@ -129,3 +130,21 @@ def test_the_closure_follows_imports_inside_functions() -> None:
     # _compile_and_write imports the Ray executor inside the function, not at the top of build.py.
     assert "execute/executor.py" in files_of([build._compile_and_write])
     assert "execute/executor.py" not in build.verifier_files()  # acceptance never reaches it
+
+
+def test_the_plain_reader_gives_what_pyelftools_gives_on_every_published_object() -> None:
+    objects = sorted((REPO / "outputs").glob("*/*/*.hsaco"))
+    assert len(objects) > 1000
+    for path in objects:
+        data = path.read_bytes()
+        assert elfinfo._read_plain(data) == elfinfo._read_general(data), path
+
+
+def test_an_odd_file_is_judged_by_the_general_reader() -> None:
+    data = bytearray((REPO / "outputs").glob("rmsnorm/gfx942/*.hsaco").__next__().read_bytes())
+    data[18] = 62  # e_machine: x86-64
+    with pytest.raises(elffast.Irregular):
+        elffast.read(bytes(data))
+    assert elfinfo.read_code_object(bytes(data)) == elfinfo._read_general(bytes(data))
+    with pytest.raises(elfinfo.NotACodeObject, match="not a readable ELF file"):
+        elfinfo.read_code_object(b"\x7fELF" + bytes(40))

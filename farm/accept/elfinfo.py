@@ -9,6 +9,8 @@ from typing import Any
 import msgpack
 from elftools.elf.elffile import ELFFile
 
+from farm.accept import elffast
+
 EM_AMDGPU = 224
 ELFOSABI_AMDGPU_HSA = 64  # pyelftools names value 64 ELFOSABI_ARM_AEABI (shared number)
 NT_AMDGPU_METADATA = 32
@@ -61,7 +63,35 @@ def _decode(value: Any) -> Any:
 
 
 def read_code_object(data: bytes) -> CodeObject:
-    """Parse `data`; raises NotACodeObject if it is not an AMDGPU HSA ELF with a metadata note."""
+    """Parse `data`; raises NotACodeObject if it is not an AMDGPU HSA ELF with a metadata note. A plain
+    AMDGPU object is read directly (elffast); any other file, or one that reader finds anything odd in, is
+    read with pyelftools as it always was, so its verdict and message do not change."""
+    try:
+        return _read_plain(data)
+    except Exception:  # noqa: BLE001  anything odd at all: the general reader decides
+        return _read_general(data)
+
+
+def _read_plain(data: bytes) -> CodeObject:
+    facts = elffast.read(data)
+    if facts.metadata_raw is None:
+        raise elffast.Irregular("no metadata note")
+    metadata = _decode(msgpack.unpackb(facts.metadata_raw, raw=True, strict_map_key=False))
+    if not isinstance(metadata, dict):
+        raise elffast.Irregular("metadata is not a map")
+    return _code_object(EM_AMDGPU, facts.e_flags, ELFOSABI_AMDGPU_HSA, facts.abi_version, facts.sections,
+                        facts.kernel_symbols, metadata)
+
+
+def _code_object(e_machine: int, e_flags: int, os_abi: int, abi_version: int, sections: dict[str, bytes],
+                 symbols: list[str], metadata: dict[str, Any]) -> CodeObject:
+    comment = sections.get(".comment", b"").replace(b"\x00", b"\n").decode("utf-8", "replace").strip()
+    return CodeObject(e_machine=e_machine, e_flags=e_flags, os_abi=os_abi, abi_version=abi_version,
+                      sections=sections, kernel_symbols=sorted(symbols), metadata=metadata, comment=comment)
+
+
+def _read_general(data: bytes) -> CodeObject:
+    """pyelftools: any ELF, any oddity."""
     try:
         elf = ELFFile(io.BytesIO(data))
         header = elf.header
@@ -91,14 +121,5 @@ def read_code_object(data: bytes) -> CodeObject:
         raise NotACodeObject(f"not a readable ELF file ({type(exc).__name__}: {exc})") from None
     if metadata is None:
         raise NotACodeObject("no NT_AMDGPU_METADATA note")
-    comment = sections.get(".comment", b"").replace(b"\x00", b"\n").decode("utf-8", "replace").strip()
-    return CodeObject(
-        e_machine=e_machine,
-        e_flags=header["e_flags"],
-        os_abi=os_abi_num,
-        abi_version=header["e_ident"]["EI_ABIVERSION"],
-        sections=sections,
-        kernel_symbols=sorted(symbols),
-        metadata=metadata,
-        comment=comment,
-    )
+    return _code_object(e_machine, header["e_flags"], os_abi_num, header["e_ident"]["EI_ABIVERSION"], sections,
+                        symbols, metadata)

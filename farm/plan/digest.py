@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import stat
 import sys
 from collections.abc import Mapping
@@ -99,7 +100,12 @@ class CodeRecorder:
 
 def code_hashes(rels: frozenset[str]) -> dict[str, str]:
     """{rel: SHA256} of farm code files recorded as a row's verifier; one removed while the build runs
-    cannot be recorded, so nothing is accepted."""
+    cannot be recorded, so nothing is accepted. Every accepted row asks for the same set: its result is
+    kept and given again while no file's stat changed (one os.stat per file, no path arithmetic)."""
+    stamps = tuple(_stamp(rel) for rel in sorted(rels))
+    kept = _SETS.get(rels)
+    if kept is not None and kept[0] == stamps:
+        return dict(kept[1])
     out = {}
     for rel in sorted(rels):
         sha = _code_hash(rel)
@@ -107,7 +113,11 @@ def code_hashes(rels: frozenset[str]) -> dict[str, str]:
             raise FarmError(f"farm/{rel} decides verification and is no longer a file",
                             "restore it (or finish the edit), then run `farm build` again")
         out[rel] = sha
-    return out
+    _SETS[rels] = (stamps, out)
+    return dict(out)
+
+
+_SETS: dict[frozenset[str], tuple[tuple[object, ...], dict[str, str]]] = {}
 
 
 @functools.cache
@@ -123,19 +133,29 @@ _HASHED: dict[str, tuple[tuple[int, int, int], str]] = {}
 def _code_hash(rel: str) -> str | None:
     """SHA256 of a farm file (None when it is not a regular file), read again only when its stat changed:
     every accepted row asks, for its generator and its verifier files."""
-    path = FARM_DIR / rel
-    try:
-        st = path.stat()
-    except OSError:
+    stamp = _stamp(rel)
+    if stamp is None:
         return None
-    if not stat.S_ISREG(st.st_mode):
-        return None
-    stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
     known = _HASHED.get(rel)
     if known is None or known[0] != stamp:
-        known = (stamp, hashlib.sha256(path.read_bytes()).hexdigest())
+        known = (stamp, hashlib.sha256((FARM_DIR / rel).read_bytes()).hexdigest())
         _HASHED[rel] = known
     return known[1]
+
+
+def _stamp(rel: str) -> tuple[int, int, int] | None:
+    """(mtime_ns, size, inode) of a farm file; None when it is not a regular file."""
+    path = _PATHS.get(rel)
+    if path is None:
+        path = _PATHS[rel] = str(FARM_DIR / rel)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+_PATHS: dict[str, str] = {}  # rel -> its absolute path as a string (joining Paths per call cost more than stat)
 
 
 def source_hashes(kernels_dir: Path, rels: Mapping[str, object]) -> Hashes:

@@ -10,11 +10,13 @@ temporary file of a writer that is provably dead.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import re
 import secrets
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from farm.core.errors import FarmError
@@ -136,6 +138,13 @@ class OutputDir:
     def write_atomic(self, name: str, data: bytes) -> None:
         """Write a temporary file owned by this process, fsync, then rename it over `name` (a symlink
         at `name` is replaced, never followed)."""
+        tmp = self.stage(name, data, durable=True)
+        self.publish(tmp, name)
+
+    def stage(self, name: str, data: bytes, *, durable: bool = False) -> str:
+        """Write `data` to a new temporary file of this process for `name`; returns its name. Not durable
+        unless `durable` (fsync): a writer of many objects makes them durable at once (`sync_filesystem`)
+        before it `publish`es them. A temporary left by a killed writer is removed by the next one."""
         fd_dir = self._require()
         tmp = f".{name}.{os.getpid()}.{secrets.token_hex(8)}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=fd_dir)
@@ -143,15 +152,52 @@ class OutputDir:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()
-                os.fsync(f.fileno())
+                if durable:
+                    os.fsync(f.fileno())
                 os.fchmod(f.fileno(), 0o644)  # objects are data: the umask must not leak into them
+        except BaseException:
+            self.discard(tmp)
+            raise
+        return tmp
+
+    def publish(self, tmp: str, name: str) -> None:
+        """Rename a staged temporary over `name` (a symlink there is replaced, never followed)."""
+        fd_dir = self._require()
+        try:
             os.replace(tmp, name, src_dir_fd=fd_dir, dst_dir_fd=fd_dir)
         except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=fd_dir)
-            except OSError:
-                pass
+            self.discard(tmp)
             raise
+
+    def discard(self, tmp: str) -> None:
+        try:
+            os.unlink(tmp, dir_fd=self._require())
+        except OSError:
+            pass
+
+    @property
+    def device(self) -> int:
+        return os.fstat(self._require()).st_dev
+
+    def sync_filesystem(self, staged: list[str]) -> bool:
+        """Make everything written on this directory's file system durable: one syncfs(2) for a whole
+        batch of objects (an fsync per object cost the driver more CPU and ~4 ms of wall time each). Where
+        syncfs is missing or fails, each staged file is fsynced instead. True when the whole file system was
+        synced (other directories on it need nothing more)."""
+        fd_dir = self._require()
+        if _SYNCFS is not None and _SYNCFS(fd_dir) == 0:
+            return True
+        for tmp in staged:
+            fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd_dir)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return False
+
+    def sync_entries(self) -> None:
+        """Make this directory's renames durable (fsync of the directory itself)."""
+        os.fsync(self._require())
 
     def remove_object(self, name: str) -> bool:
         """Delete an object the manifest recorded: a valid object name, a regular file, nothing else."""
@@ -169,6 +215,17 @@ class OutputDir:
                 os.unlink(name, dir_fd=self._require())
                 removed.append(name)
         return removed
+
+
+def _syncfs() -> Callable[[int], int] | None:
+    """libc's syncfs(fd) (Linux), or None."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).syncfs  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None
+
+
+_SYNCFS = _syncfs()
 
 
 def _alive(pid: int) -> bool:

@@ -8,10 +8,14 @@ sorts the mnemonics it prints into classes.
 
 from __future__ import annotations
 
+import atexit
+import itertools
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -40,10 +44,16 @@ FIX = "install it (as root: apt-get install llvm-22; scripts/setup.sh does this)
 
 
 def classify(mnemonic: str) -> str:
-    for name, prefixes in CLASSES:
-        if mnemonic.startswith(prefixes):
-            return name
-    return OTHER
+    known = _CLASSIFIED.get(mnemonic)
+    if known is None:
+        known = next((name for name, prefixes in CLASSES if mnemonic.startswith(prefixes)), OTHER)
+        if len(_CLASSIFIED) < 100_000:  # a hostile listing cannot grow it without bound
+            _CLASSIFIED[mnemonic] = known
+    return known
+
+
+# mnemonic -> class: an object's listing repeats a few hundred mnemonics thousands of times.
+_CLASSIFIED: dict[str, str] = {}
 
 
 def binary(entry: DisassemblerPin | None) -> Path:
@@ -76,23 +86,36 @@ def installed(entry: DisassemblerPin | None) -> DisassemblerPin:
 
 
 def parse_listing(text: str, files: Sequence[Path]) -> dict[Path, dict[str, dict[str, int]]]:
-    """Split `llvm-objdump -d` output of several files into per-file, per-function class counts."""
-    by_header = {f"{f}:": f for f in files}
+    """Split `llvm-objdump -d` output of several files into per-file, per-function class counts.
+    The listing is cut at its file and function header lines; each function's mnemonics are counted
+    with one regular-expression pass and classified once per distinct mnemonic (a batch's listing holds
+    hundreds of thousands of instructions: a Python step per line cost the driver most of its verify)."""
+    by_header = {str(f): f for f in files}
     out: dict[Path, dict[str, dict[str, int]]] = {}
-    current: dict[str, int] | None = None
     functions: dict[str, dict[str, int]] | None = None
-    for line in text.splitlines():
-        if "\tfile format " in line:
-            file = by_header.get(line.split("\tfile format ")[0])
+    parts = _HEADERS.split("\n" + text)
+    # re.split with two groups: [text before, (file, function, text after) per header line...]
+    for i in range(1, len(parts), 3):
+        file_header, function, block = parts[i], parts[i + 1], parts[i + 2]
+        if file_header is not None:
+            file = by_header.get(file_header)
             functions = out.setdefault(file, {}) if file is not None else None
-            current = None
-        elif line.endswith(">:") and "<" in line and functions is not None:
-            current = functions.setdefault(line[line.index("<") + 1:-2], dict.fromkeys(CLASS_NAMES, 0))
-        elif line.startswith("\t") and current is not None:
-            mnemonic = line.split(None, 1)[0] if line.strip() else ""
-            if mnemonic and not mnemonic.startswith("//"):
-                current[classify(mnemonic)] += 1
+            continue
+        if functions is None:
+            continue
+        current = functions.setdefault(function, dict.fromkeys(CLASS_NAMES, 0))
+        for mnemonic, n in Counter(_MNEMONIC.findall(block)).items():
+            if not mnemonic.startswith("//"):
+                current[classify(mnemonic)] += n
     return out
+
+
+# A file's header line ("<path>:\tfile format ...") or a function's ("<name>:"); an instruction line
+# starts with a tab, its first word the mnemonic.
+# Each is found after a newline (the listing gets one in front): a literal first character lets the
+# regular-expression engine skip ahead instead of trying every position.
+_HEADERS = re.compile(r"\n(?:([^\t\n<][^\n]*):\tfile format [^\n]*|<([^\n]+)>:)(?=\n|$)")
+_MNEMONIC = re.compile(r"\n\t[ \t]*(\S+)")
 
 
 BATCH_TIMEOUT_S = 600.0
@@ -104,13 +127,20 @@ def _run(entry: DisassemblerPin | None, mcpu: str, files: Sequence[Path],
     """The disassembler's output for `files`; None when it did not finish in time."""
     path = binary(entry)
     command = [str(path), "-d", "--no-show-raw-insn", "--no-leading-addr", f"--mcpu={mcpu}", *map(str, files)]
-    try:
-        return subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=timeout_s,
-                              env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LC_ALL": "C"})
-    except subprocess.TimeoutExpired:
-        return None
-    except OSError as exc:
-        raise FarmError(f"disassembler {path} does not run ({exc})", FIX) from None
+    # The listing (~190 kB an object) goes to an unnamed file, read at once: through a pipe, Python's
+    # communicate loop cost the driver ~4 ms of CPU per object, more than parsing it.
+    with tempfile.TemporaryFile(dir=_scratch_dir()) as listing:
+        try:
+            proc = subprocess.run(command, stdout=listing, stderr=subprocess.PIPE, text=True, errors="replace",
+                                  timeout=timeout_s, env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent",
+                                                          "LC_ALL": "C"})
+        except subprocess.TimeoutExpired:
+            return None
+        except OSError as exc:
+            raise FarmError(f"disassembler {path} does not run ({exc})", FIX) from None
+        listing.seek(0)
+        proc.stdout = listing.read().decode("utf-8", "replace")
+    return proc
 
 
 def _alone(entry: DisassemblerPin | None, mcpu: str, path: Path) -> Functions | str:
@@ -150,22 +180,36 @@ def count_files(entry: DisassemblerPin | None, mcpu: str, files: Sequence[Path])
 def count_many(entry: DisassemblerPin | None, mcpu: str, objects: Sequence[bytes]) -> list[Functions | str]:
     """Per object held in memory: {function: {class: count}}, or why it cannot be read (count_files)."""
     tmp = _scratch_dir()
+    call = next(_CALLS)
+    paths = [tmp / f"{call}-{i}.hsaco" for i in range(len(objects))]
     try:
-        paths = [tmp / f"object{i}.hsaco" for i in range(len(objects))]
         for path, data in zip(paths, objects, strict=True):
             path.write_bytes(data)
         found = count_files(entry, mcpu, paths)
         return [found[path] for path in paths]
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        for path in paths:
+            path.unlink(missing_ok=True)
+
+
+_CALLS = itertools.count()
+# (pid, private root) -> this process's scratch directory (a forked child makes its own)
+_SCRATCH: dict[tuple[int, Path], Path] = {}
 
 
 def _scratch_dir() -> Path:
-    """A fresh directory under the user's private `disasm/`, named after this process (`<pid>-...`), so
-    one left behind by a killed process is recognised and removed by the next."""
-    root = private_dir("disasm")
-    sweep_dead_scratch(root)
-    return Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root))
+    """This process's directory under the user's private `disasm/`, named after it (`<pid>-...`), so one
+    left behind by a killed process is recognised and removed by the next. Made once per process (a
+    driver disassembles a batch at a time: a directory per call cost a mkdtemp, a sweep and an rmtree)."""
+    root = private_dir("disasm")  # checked to be the user's own at every call
+    key = (os.getpid(), root)
+    path = _SCRATCH.get(key)
+    if path is None or not path.is_dir():
+        sweep_dead_scratch(root)
+        path = Path(tempfile.mkdtemp(prefix=f"{key[0]}-", dir=root))
+        _SCRATCH[key] = path
+        atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def sweep_dead_scratch(root: Path) -> None:
