@@ -289,3 +289,15 @@ def test_a_private_local_cluster_writes_no_readable_token(real_cluster: RealClus
     assert token.is_file() and len(token.read_text()) == 64
     assert stat.S_IMODE(token.stat().st_mode) == 0o600
     assert stat.S_IMODE(token.parent.stat().st_mode) == 0o700
+
+
+def test_token_path_key_naming_no_file(project: Path, tmp_path: Path) -> None:
+    """A token path that holds no token is named before anything is asked of Ray."""
+    missing = tmp_path / "no-token"
+    nowhere = RealCluster(tmp_path, tmp_path, "127.0.0.1:1")
+    proc = subprocess.run(build_cmd(nowhere, tmp_path / "out", tmp_path / "rep", f"executor.auth_token_path={missing}"),
+                          cwd=project, env=build_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("farm build: error:")]
+    said = f"farm build: error: executor.auth_token_path={missing}: no such file, or it is empty"
+    assert errors == [said], proc.stderr
