@@ -32,6 +32,7 @@ def cmd_cluster(inv: Invocation) -> int:
         print("standing cluster stopped" if standing.down(cfg.root) else "no standing cluster was up")
     else:
         state = standing.running(cfg.root)
-        print(f"standing cluster up at {state['address']}: {state['num_cpus']} warm compilers, daemon pid "
-              f"{state['pid']}" if state else "no standing cluster is up")
+        warming = "" if not state or state.get("warm", True) else " (still warming up)"
+        print(f"standing cluster up at {state['address']}: {state['num_cpus']} warm compilers{warming}, daemon "
+              f"pid {state['pid']}" if state else "no standing cluster is up")
     return 0

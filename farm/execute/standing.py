@@ -59,7 +59,8 @@ from farm.execute.standing_files import (
 from farm.plan.digest import generator_digest
 from farm.table import config as config_mod
 
-log = logging.getLogger(__name__)
+# Run as the daemon (`python -m`), this module is __main__: its notes still belong under the farm's logger.
+log = logging.getLogger("farm.execute.standing")
 
 # Names the CLI and the build use from here.
 __all__ = ["StandingState", "down", "for_build", "health", "mark_used", "num_cpus", "running", "up"]
@@ -128,18 +129,27 @@ def serve(root: Path, cpus: int, idle_s: float, lock_fd: int) -> int:
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     where = state_dir(root)
+    began = time.monotonic()  # the log says how long each step of the start took
     local.start(cpus, namespace=NAMESPACE)
+    log.info("Ray started after %.1f s", time.monotonic() - began)
     try:
         actors = [STANDING_ACTOR.options(name=actor_name(i), lifetime=None).remote() for i in range(cpus)]
         linker = config_mod.load(root, []).toolchain_pin.get("linker")
-        warm: list[WarmUp] = ray.get([a.warm.remote(linker) for a in actors])
+        warming = [a.warm.remote(linker) for a in actors]
+        address = ray.get_runtime_context().gcs_address
+        # Builds may join before the warm-up ends (a build that started this daemon waits for it): a
+        # compile sent now runs after, or itself does, its compiler's warm-up. `farm cluster up` waits
+        # for warm=true.
+        _publish(where, _state(root, address, cpus, idle_s, warm=False))
+        mark_used(root)
+        log.info("open to builds after %.1f s", time.monotonic() - began)
+        warm: list[WarmUp] = ray.get(warming)
         if not all(w.ready for w in warm):
             raise RuntimeError("a compiler's warm server did not start (see its zygote.log in the farm's "
                                "private temp directory, zygotes/)")
-        state = _state(root, ray.get_runtime_context().gcs_address, cpus, idle_s)
-        mark_used(root)
-        write_text_atomic(where / STATE_FILE, json.dumps(state, indent=1) + "\n")
-        log.info("up: %s, %d warm compilers", state["address"], cpus)
+        state = _state(root, address, cpus, idle_s, warm=True)  # now with the zygotes it started
+        _publish(where, state)
+        log.info("up: %s, %d warm compilers after %.1f s", state["address"], cpus, time.monotonic() - began)
         _wait(where, state, stop, idle_s)
     finally:
         (where / STATE_FILE).unlink(missing_ok=True)
@@ -148,7 +158,11 @@ def serve(root: Path, cpus: int, idle_s: float, lock_fd: int) -> int:
     return 0
 
 
-def _state(root: Path, address: str, cpus: int, idle_s: float) -> StandingState:
+def _publish(where: Path, state: StandingState) -> None:
+    write_text_atomic(where / STATE_FILE, json.dumps(state, indent=1) + "\n")
+
+
+def _state(root: Path, address: str, cpus: int, idle_s: float, warm: bool) -> StandingState:
     """What `down`, `running` and builds need, with the proof of who is who: the daemon's and every
     Ray process's pid, start time and command line (its descendants now: Ray, workers, zygotes)."""
     me = psutil.Process()
@@ -156,7 +170,7 @@ def _state(root: Path, address: str, cpus: int, idle_s: float) -> StandingState:
     core = [p for p in processes if p["cmdline"] and Path(p["cmdline"][0]).name in RAY_CORE]
     return {"pid": me.pid, "daemon": identity(me), "pgid": os.getpgid(0), "processes": processes,
             "ray_core": core, "root": str(root), "address": address, "num_cpus": cpus,
-            "generator": generator_digest(), "started_unix": time.time(), "idle_s": idle_s}
+            "generator": generator_digest(), "started_unix": time.time(), "idle_s": idle_s, "warm": warm}
 
 
 def _wait(where: Path, state: StandingState, stop: dict[str, bool], idle_s: float) -> None:
@@ -177,11 +191,11 @@ def _wait(where: Path, state: StandingState, stop: dict[str, bool], idle_s: floa
 def up(root: Path, cpus: int, idle_minutes: float) -> StandingState:
     """Start the daemon (unless one is up or starting) and wait until its compilers are warm."""
     state = running(root)
-    if state:
+    if state and state.get("warm", True):
         return state
-    started = spawn(root, cpus, idle_minutes)
+    started = None if state else spawn(root, cpus, idle_minutes)
     try:
-        return wait_up(root, started, START_TIMEOUT_S)
+        return wait_up(root, started, START_TIMEOUT_S, warm=True)
     except FarmError:
         if started is not None and started.proc.poll() is None:  # ours and hung: not left half-started
             os.killpg(started.proc.pid, signal.SIGKILL)  # our child, not reaped: its group is still its own

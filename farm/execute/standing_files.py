@@ -58,6 +58,7 @@ class StandingState(TypedDict):
     generator: str              # the farm code its compilers run
     started_unix: float
     idle_s: float
+    warm: bool                  # its compilers' warm-up is done (builds may join before)
 
 
 @dataclass(frozen=True)
@@ -189,14 +190,15 @@ def hold_lock(fd: int) -> None:
     os.set_inheritable(fd, False)
 
 
-def wait_up(root: Path, started: Started | None, timeout_s: float) -> StandingState:
-    """The standing cluster once its daemon is up: ours (`started`) or the one another command is
-    starting. Raises FarmError naming why when it ends, or is not up within `timeout_s`."""
+def wait_up(root: Path, started: Started | None, timeout_s: float, warm: bool = False) -> StandingState:
+    """The standing cluster once its daemon is up (with `warm`, once its compilers are warm too): ours
+    (`started`) or the one another command is starting. Raises FarmError naming why when it ends, or
+    is not up within `timeout_s`."""
     where = state_dir(root)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         state = running(root)
-        if state and (started is None or state["pid"] == started.proc.pid):
+        if state and (started is None or state["pid"] == started.proc.pid) and (state.get("warm", True) or not warm):
             return state
         if started is not None and started.proc.poll() is not None:
             tail = (where / LOG_FILE).read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
