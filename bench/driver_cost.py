@@ -20,6 +20,7 @@ The last line: `driver_ms_per_row batch=N:ms ... disassembler_ms_per_row batch=N
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import shutil
 import statistics
@@ -92,7 +93,7 @@ class _Batches:
 
 class _Bar:
     def write(self, text: str) -> None:
-        print(text)
+        pass  # refusals are counted after the run
 
     def update(self, n: int) -> None:
         pass
@@ -101,6 +102,7 @@ class _Bar:
 def replay(cfg: FarmConfig, cases: list[Case], size: int, tree: Tree) -> DriverReport:
     """`_collect` over the cases in batches of `size` into a fresh outputs dir; the driver's cost of it."""
     scratch = Path(tempfile.mkdtemp(prefix="driver-cost-"))
+    cases = _today(cases)
     try:
         run_cfg = _with_outputs(cfg, scratch / "outputs")
         cost = DriverCost()
@@ -117,6 +119,13 @@ def replay(cfg: FarmConfig, cases: list[Case], size: int, tree: Tree) -> DriverR
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _today(cases: list[Case]) -> list[Case]:
+    """The generator files rehashed now: others may edit farm/ while the bench runs (a worker running
+    today's code reports today's hashes)."""
+    return [Case(c.row, dataclasses.replace(c.result, generator={
+        k: v for k, v in farm_hashes(c.result.generator).items() if v})) for c in cases]
+
+
 def _with_outputs(cfg: FarmConfig, outputs: Path) -> FarmConfig:
     from dataclasses import replace
     return replace(cfg, outputs_dir=outputs)
@@ -127,6 +136,7 @@ def ray_cost(cases: list[Case], actors: int, results: int, gather_s: float) -> t
     `actors` dummy actors through the real Dispatch, on a private Ray cluster on 127.0.0.1."""
     import ray
 
+    from farm.execute import local
     from farm.execute.dispatch import Dispatch
 
     @ray.remote(num_cpus=0)
@@ -141,8 +151,7 @@ def ray_cost(cases: list[Case], actors: int, results: int, gather_s: float) -> t
             return self.made[key]
 
     made = [c.result for c in cases]
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
-             logging_level=logging.WARNING)
+    local.start(2)  # the farm's own private cluster: loopback only, its private temp dir
     try:
         made_ref = ray.put(made)
         pool = [Dummy.remote(made_ref) for _ in range(actors)]
