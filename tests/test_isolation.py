@@ -251,3 +251,49 @@ def test_a_traceback_names_the_kernel_file_not_the_private_copy() -> None:
     assert result.error.endswith("ValueError: traced wrong"), result.error
     assert 'File "kernels_src/boom/gen.py", line 2, in launcher_and_args' in result.stderr, result.stderr
     assert "farm-compile-" not in result.stderr
+
+
+# A fresh interpreter imports `mod` from a kernels root and prints what it got and how often the import
+# system compiled source (counted by wrapping builtins.compile, which it calls for every source it compiles).
+IMPORT_AND_COUNT = """import builtins, json, sys
+calls = []
+real = builtins.compile
+builtins.compile = lambda *a, **k: (calls.append(a[1]), real(*a, **k))[1]
+sys.path.insert(0, sys.argv[1])
+import mod
+print(json.dumps({"value": mod.VALUE, "file": mod.where.__code__.co_filename, "compiled": calls}))
+"""
+
+
+def _import_in_fresh_interpreter(root: Path) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, "-c", IMPORT_AND_COUNT, str(root)], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"}, check=True)
+    return json.loads(proc.stdout)
+
+
+def test_kernel_bytecode_is_used_only_while_its_source_is_unchanged(tmp_path: Path) -> None:
+    """The worker's pyc of a kernel source is imported instead of compiling it, in another private directory
+    too (the functions then name the file actually imported); a source changed after its pyc was written is
+    compiled and run as it is now, never from the stale bytecode."""
+    from farm.worker.bytecode import write_bytecode
+
+    first, second = tmp_path / "row1", tmp_path / "row2"
+    sources = {"mod.py": b"VALUE = 1\ndef where():\n    pass\n"}
+    for root in (first, second):
+        root.mkdir()
+        (root / "mod.py").write_bytes(sources["mod.py"])
+        write_bytecode(sources, root)
+    got = _import_in_fresh_interpreter(second)
+    assert got == {"value": 1, "file": str(second / "mod.py"), "compiled": []}
+    (second / "mod.py").write_bytes(b"VALUE = 2\ndef where():\n    pass\n")  # same length, other bytes
+    got = _import_in_fresh_interpreter(second)
+    assert got == {"value": 2, "file": str(second / "mod.py"), "compiled": [str(second / "mod.py")]}
+
+
+def test_a_kernel_source_that_warns_or_fails_to_compile_gets_no_bytecode(tmp_path: Path) -> None:
+    """Its compile process compiles it itself, so the warning or the error reaches the row's log as before."""
+    from farm.worker.bytecode import write_bytecode
+
+    sources = {"warns.py": b"x = 1 is 1\n", "broken.py": b"def (:\n", "fine.py": b"x = 1\n", "notes.md": b"#\n"}
+    write_bytecode(sources, tmp_path)
+    assert sorted(p.name for p in (tmp_path / "__pycache__").iterdir()) == [f"fine.{sys.implementation.cache_tag}.pyc"]

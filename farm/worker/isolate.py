@@ -31,6 +31,7 @@ from farm.toolchain.installed import installed
 from farm.toolchain.linker import write_linker_shim
 from farm.toolchain.shapes import LinkerPin, ToolchainPin
 from farm.worker.binary_step import DEADLINE_ENV
+from farm.worker.bytecode import write_bytecode
 from farm.worker.environment import child_environment, materialize
 from farm.worker.farm_code import farm_files, module_closure
 from farm.worker.outcome import Outcome, failure_message, real_source_paths, warnings_in
@@ -164,6 +165,7 @@ def _compile_in(work: Path, request: CompileRequest, sources: dict[str, bytes], 
         (work / sub).mkdir()
     kernels_root = work / "kernels_src"
     materialize(sources, kernels_root)
+    write_bytecode(sources, kernels_root)  # compiled once per worker, checked against the source at import
     write_linker_shim(work / "rocm", request.linker)
     CompileJob(request, str(kernels_root)).write(work / "job.json")
     out = work / "object.bin"
