@@ -297,3 +297,73 @@ def test_a_kernel_source_that_warns_or_fails_to_compile_gets_no_bytecode(tmp_pat
     sources = {"warns.py": b"x = 1 is 1\n", "broken.py": b"def (:\n", "fine.py": b"x = 1\n", "notes.md": b"#\n"}
     write_bytecode(sources, tmp_path)
     assert sorted(p.name for p in (tmp_path / "__pycache__").iterdir()) == [f"fine.{sys.implementation.cache_tag}.pyc"]
+
+
+def test_modules_since_a_mark_are_exactly_those_added_or_none() -> None:
+    """A forked compile looks only at the modules it added (farm/worker/farm_code.py); when one it inherited
+    was removed, it cannot tell which are new and says so (its caller then walks them all)."""
+    import types
+
+    from farm.worker.farm_code import mark_modules, modules_since
+
+    names = [f"_farm_test_mod_{i}" for i in range(3)]
+    try:
+        mark = mark_modules()
+        added = [sys.modules.setdefault(n, types.ModuleType(n)) for n in names[:2]]
+        assert modules_since(mark) == added
+        assert mark.last is not None  # the mark's last module, removed and put back: now after those added
+        sys.modules[mark.last] = sys.modules.pop(mark.last)
+        assert modules_since(mark) is None
+        mark = mark_modules()
+        sys.modules.pop(names[0])  # one removed, one added: the same count, but not the same modules
+        sys.modules[names[2]] = types.ModuleType(names[2])
+        assert modules_since(mark) is None
+    finally:
+        for name in names:
+            sys.modules.pop(name, None)
+
+
+def test_a_fork_records_the_farm_code_its_server_loaded_and_what_it_added() -> None:
+    """loaded_farm_files after the warm server's mark is the same record as walking every module."""
+    import importlib
+
+    from farm.contract import FARM_DIR
+    from farm.worker import farm_code
+
+    unloaded = sorted(name for name in ("farm." + str(p.relative_to(FARM_DIR).with_suffix("")).replace("/", ".")
+                                        for p in FARM_DIR.rglob("*.py") if p.name != "__init__.py")
+                      if name not in sys.modules)
+    assert unloaded, "every farm module is loaded already: nothing to add after the mark"
+    try:
+        farm_code.remember_loaded()
+        importlib.import_module(unloaded[0])
+        recorded = farm_code.loaded_farm_files()
+        assert recorded == farm_code.farm_files(list(sys.modules.values()))
+        assert unloaded[0].removeprefix("farm.").replace(".", "/") + ".py" in recorded
+    finally:
+        farm_code._SERVER.clear()
+
+
+RECORD_A_KERNEL = """import json, sys, types
+from pathlib import Path
+from farm.worker.lowering import SourceRecorder
+root = Path(sys.argv[1])
+recorder = SourceRecorder(root)
+if sys.argv[2] == "remove":  # a module loaded before the start is removed: the recorder walks every module
+    sys.modules.pop(next(reversed(sys.modules)))
+sys.path.insert(0, str(root))
+import kern.gen
+print(json.dumps(recorder.consulted().read))
+"""
+
+
+@pytest.mark.parametrize("remove", ["keep", "remove"])
+def test_the_recorder_names_the_kernel_modules_a_compile_imported(tmp_path: Path, remove: str) -> None:
+    (tmp_path / "kern").mkdir()
+    (tmp_path / "kern" / "__init__.py").write_text("")
+    (tmp_path / "kern" / "gen.py").write_text("from kern import util\n")
+    (tmp_path / "kern" / "util.py").write_text("X = 1\n")
+    proc = subprocess.run([sys.executable, "-c", RECORD_A_KERNEL, str(tmp_path), remove], capture_output=True,
+                          text=True, check=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO),
+                                                       "PYTHONDONTWRITEBYTECODE": "1"})
+    assert json.loads(proc.stdout) == ["kern/__init__.py", "kern/gen.py", "kern/util.py"]

@@ -18,6 +18,7 @@ from typing import Any
 from farm.contract import CompileJob
 from farm.worker import flydsl_compat
 from farm.worker.binary_step import run_in_own_process
+from farm.worker.farm_code import mark_modules, modules_since
 from farm.worker.phases import COMPILE
 
 # How the compile's reads and lookups under the kernels root are recorded (farm/plan/sources.py `lookup_state`
@@ -60,8 +61,9 @@ class SourceRecorder:
         self.root = self.base + os.sep
         self.opened: set[str] = set()
         self.lookups: set[str] = set()
-        # Modules already loaded (FlyDSL, torch: thousands) cannot be kernel sources; `files` skips them.
-        self.preloaded = set(sys.modules)
+        # Modules already loaded (FlyDSL, torch: thousands) cannot be kernel sources; `consulted` looks only
+        # at those added since (walking them all would copy their pages from the warm server: farm_code.py).
+        self.mark = mark_modules()
         sys.addaudithook(self._hook)
         sys.meta_path.insert(0, _LookupFinder(self))
 
@@ -87,9 +89,10 @@ class SourceRecorder:
 
     def consulted(self) -> Consulted:
         found = set(self.opened)
-        for name, module in list(sys.modules.items()):
-            if name in self.preloaded:
-                continue
+        added = modules_since(self.mark)
+        # None: a module was removed since the start; then every module is looked at (none loaded before
+        # the start can be under the kernels root: a compile's root is new).
+        for module in list(sys.modules.values()) if added is None else added:
             file = getattr(module, "__file__", None)
             if file and os.path.normpath(file).startswith(self.root):
                 found.add(os.path.normpath(file))
