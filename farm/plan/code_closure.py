@@ -13,10 +13,12 @@ this derives, from the code itself, everything that can run:
 3. the import closure of those modules, read from their source (AST): every `import`/`from ... import`
    anywhere in the file, inside functions too, transitively; with each package's `__init__.py` on the way.
 
-Why a superset: Python code runs only through a name. Code in a function runs what its module's globals
-and its arguments lead to; a module's code can reach only what it imports (at the top or in a function),
-or what is handed to it, which was made by code of the same closure. Third-party code (pyelftools, json)
-calls farm code only through farm objects it was handed, which come from the same closure.
+Why a superset: Python code runs only through a name (no file of the record imports farm code by a
+computed name, importlib.import_module or __import__: tests/test_driver_cost.py checks). Code in a
+function runs what its module's globals and its arguments lead to; a module's code can reach only what it
+imports (at the top or in a function), or what is handed to it, which was made by code of the same
+closure. Third-party code (pyelftools, json) calls farm code only through farm objects it was handed,
+which come from the same closure.
 """
 
 from __future__ import annotations
