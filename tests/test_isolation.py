@@ -367,3 +367,21 @@ def test_the_recorder_names_the_kernel_modules_a_compile_imported(tmp_path: Path
                           text=True, check=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO),
                                                        "PYTHONDONTWRITEBYTECODE": "1"})
     assert json.loads(proc.stdout) == ["kern/__init__.py", "kern/gen.py", "kern/util.py"]
+
+
+def test_rows_work_on_a_memory_filesystem_unless_tmpdir_is_chosen(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    """A row's private directory is written and removed at every row: on a memory filesystem when there is
+    one, unless the caller chose a TMPDIR (honoured as before); none usable: the default temp directory."""
+    from farm.worker import isolate
+
+    monkeypatch.setattr(isolate, "MEMORY_FS", tmp_path)
+    monkeypatch.delenv("TMPDIR", raising=False)
+    assert isolate.scratch_parent() == str(tmp_path)
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "chosen"))
+    assert isolate.scratch_parent() is None
+    monkeypatch.delenv("TMPDIR")
+    monkeypatch.setattr(isolate, "MEMORY_FS_MIN_FREE", 1 << 62)  # no room
+    assert isolate.scratch_parent() is None
+    monkeypatch.setattr(isolate, "MEMORY_FS", tmp_path / "absent")
+    assert isolate.scratch_parent() is None
