@@ -62,11 +62,14 @@ def test_build_report_and_timeline(built: Path) -> None:
     # Each worker paid the warm-up (imports) once, on its first row, and never again.
     assert sorted(r["worker"] for r in rows if r["warmup_seconds"] > 0) == sorted(workers)
     trace = json.loads(path.with_name(path.stem + ".trace.json").read_text())["traceEvents"]
-    spans = [e for e in trace if e["ph"] == "X"]
+    # One span per row on its worker's lane (its phases nest inside it); pid 0 is the driver's own process.
+    spans = [e for e in trace if e["ph"] == "X" and e["cat"] == "compile"]
     assert sorted(e["name"] for e in spans) == sorted(r["key"] for r in rows)
     assert all(e["dur"] > 0 and e["ts"] >= 0 for e in spans)
-    lanes = {(e["pid"], e["tid"]) for e in trace if e["ph"] == "M" and e["name"] == "thread_name"}
+    lanes = {(e["pid"], e["tid"]) for e in trace if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] != 0}
     assert lanes == {(e["pid"], e["tid"]) for e in spans} and len(lanes) == len(workers)
+    phases = [e for e in trace if e["ph"] == "X" and e["cat"] == "phase" and e["pid"] != 0]
+    assert {e["name"] for e in phases} >= {"front_end", "mlir_passes", "codegen", "link"}
 
 
 def test_noop_build_compiles_nothing(built: Path) -> None:
