@@ -455,7 +455,7 @@ def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryW
     # Imported here, not at the top: Ray takes seconds to import, and a build with nothing to compile
     # (or one that only re-verifies) never needs it.
     from farm.execute.executor import RayExecutor
-    from farm.execute.standing import for_build, mark_used
+    from farm.execute.standing import done, for_build, mark_used
 
     if not todo:
         return 0
@@ -485,7 +485,7 @@ def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryW
                     with cost.section("write", "flush"):
                         writer.flush()
     if standing:
-        mark_used(cfg.root)  # the idle clock starts when the build ends
+        done(cfg.root)  # the idle clock starts when the build ends; it may be replaced now
     return built
 
 

@@ -5,6 +5,7 @@ these tests clear it for their own builds and stop every daemon they start."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import stat
@@ -136,3 +137,52 @@ def test_a_daemon_that_cannot_start_leaves_a_private_build(built: Path, tmp_path
         assert "failed 0" in proc.stderr and victim.is_file()
     finally:
         (project / ".farm" / "cluster").unlink()
+
+
+def test_a_daemon_of_older_farm_code_is_replaced_only_when_no_build_uses_it(built: Path, tmp_path: Path) -> None:
+    project = built_copy(built, tmp_path / "project")
+    where = project / ".farm" / "cluster"
+    ours, theirs = project / "outputs" / "rmsnorm" / TARGET, built / "outputs" / "rmsnorm" / TARGET
+    victims = sorted(ours.glob("*.hsaco"))[:2]
+    try:
+        run_farm(project, "cluster", "up", "executor.num_cpus=1", check=True)
+        state = json.loads((where / "state.json").read_text())
+        old = psutil.Process(int(state["pid"]))
+        old_tree = identities([old, *old.children(recursive=True)])
+        # As if the farm was edited since it started: its compiles' bytes would be refused.
+        (where / "state.json").write_text(json.dumps(dict(state, generator="0" * 64)))
+
+        # Another build is using it (holds the in-use lock): it is left alone, this build is private.
+        victims[0].unlink()
+        with open(where / "in-use.lock", "a") as user:
+            fcntl.flock(user, fcntl.LOCK_SH)
+            busy = run_farm(project, "build", f"targets=[{TARGET}]", "executor.num_cpus=1", env=WARM, check=True)
+        said = [line for line in busy.stderr.splitlines() if "standing cluster" in line]
+        assert len(said) == 1, busy.stderr
+        assert "(started by farm cluster up) runs older farm code and another build is using it" in said[0]
+        assert "private cluster" in said[0]
+        assert "failed 0" in busy.stderr and victims[0].is_file()
+        assert _gone(old_tree, timeout_s=0) == old_tree  # every process of it still runs
+        [row] = [r for r in _report(project)["rows"] if r["key"].endswith("/" + victims[0].stem)]
+        assert _pid(row["worker"]) not in {p.pid for p in old.children(recursive=True)}
+
+        # Idle now: the next build replaces it (one line), then compiles on the new daemon.
+        victims[1].unlink()
+        idle = run_farm(project, "build", f"targets=[{TARGET}]", "executor.num_cpus=1", env=WARM, check=True)
+        said = [line for line in idle.stderr.splitlines() if "standing cluster" in line and "using" not in line]
+        assert len(said) == 1, idle.stderr
+        assert "replaced a standing cluster (started by farm cluster up) that ran older farm code" in said[0]
+        assert "`farm cluster down` stops it now" in said[0]
+        assert "using the standing cluster at 127.0.0.1:" in idle.stderr and "failed 0" in idle.stderr
+        assert _gone(old_tree) == []  # every process of the old daemon, by pid
+        new = json.loads((where / "state.json").read_text())
+        assert new["pid"] != state["pid"] and new["generator"] == state["generator"]
+        assert new["started_by"] == "a build"
+        for victim in victims:  # the same bytes as the private cluster's build
+            assert victim.read_bytes() == (theirs / victim.name).read_bytes(), victim.name
+        daemon = psutil.Process(int(new["pid"]))
+        everything = identities([daemon, *daemon.children(recursive=True)])
+    finally:
+        _stop(project)
+    assert _gone(everything) == []
+    assert not standing_files.starting(project)

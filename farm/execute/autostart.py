@@ -8,6 +8,12 @@ build needs compilers it waits for it (`wait`), never longer than WAIT_S, and on
 a private cluster as before, saying why in one line. Two builds starting together start one daemon
 (the daemon lock, farm/execute/standing_files.py): the second waits for the first's.
 
+A daemon running older farm code (the farm was edited or upgraded since it started) would refuse this
+build's bytes. The build replaces it, whoever started it, when no build is using it: it takes the in-use
+lock exclusively without waiting (farm/execute/standing_use.py), stops the old daemon and every process
+it started, and starts a new one, in one line. While another build uses the old one, this build uses a
+private cluster, saying why; the next idle build replaces it.
+
 Off with CI=true in the environment (a CI job must leave nothing running behind it) and with
 executor.auto_start=false; then a build uses a standing cluster only when `farm cluster up` started one.
 
@@ -22,8 +28,19 @@ from pathlib import Path
 from typing import Any
 
 from farm.core.errors import FarmError
+from farm.execute import standing_use
 from farm.execute.settings import num_cpus
-from farm.execute.standing_files import StandingState, Started, running, spawn, starting, wait_up
+from farm.execute.standing_files import (
+    STARTED_BY_BUILD,
+    StandingState,
+    Started,
+    down,
+    running,
+    spawn,
+    starting,
+    wait_up,
+)
+from farm.plan.digest import generator_digest
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +55,10 @@ DEFAULT_IDLE_MINUTES = 30.0
 # where launching one failed (said once; the build goes on with a private cluster).
 _started: dict[Path, Started] = {}
 _failed: set[Path] = set()
+# The roots where this process already judged a daemon of older farm code (once per command), and those
+# where it already said why it does not use it.
+_judged: set[Path] = set()
+_said_stale: set[Path] = set()
 
 
 def off_reason(cfg: Any) -> str | None:
@@ -56,11 +77,44 @@ def idle_minutes(cfg: Any) -> float:
     return float(cfg.executor.get("standing_idle_minutes") or DEFAULT_IDLE_MINUTES)
 
 
-def begin(cfg: Any) -> None:
-    """Start the daemon now unless auto-start is off or one is up or starting; returns at once. A daemon
-    that cannot even be launched is said in one line; the build then uses a private cluster."""
-    if off_reason(cfg) or cfg.root in _started or cfg.root in _failed or running(cfg.root):
+def stale(state: StandingState) -> bool:
+    """Does the daemon run other farm code than this command (its compiles' bytes would be refused)?"""
+    return state.get("generator") != generator_digest()
+
+
+def _who(state: StandingState) -> str:
+    by = state.get("started_by")
+    return f" (started by {by})" if by and by != STARTED_BY_BUILD else ""
+
+
+def say_stale(cfg: Any, state: StandingState) -> None:
+    """The one line of a build that does not use a daemon of older farm code (unless already said)."""
+    if cfg.root in _said_stale:
         return
+    _said_stale.add(cfg.root)
+    why = off_reason(cfg)
+    log.warning("the standing cluster%s runs older farm code; this build starts a private cluster (%s)", _who(state),
+                f"{why}: not replaced; farm cluster down && farm cluster up refreshes it" if why
+                else "farm cluster down && farm cluster up refreshes it")
+
+
+def begin(cfg: Any) -> None:
+    """Start the daemon now unless auto-start is off or one is up or starting; returns at once. One of
+    older farm code is replaced if no build uses it. A daemon that cannot even be launched is said in
+    one line; the build then uses a private cluster."""
+    if off_reason(cfg) or cfg.root in _started or cfg.root in _failed:
+        return
+    state = running(cfg.root)
+    if state is not None:
+        if cfg.root not in _judged and stale(state):
+            _judged.add(cfg.root)
+            _replace(cfg, state)
+        return
+    _spawn(cfg, None)
+
+
+def _spawn(cfg: Any, replaced: str | None) -> None:
+    """Launch the daemon (`replaced`: who started the old one it replaces, said in the same line)."""
     cpus = num_cpus(cfg.executor) or os.cpu_count() or 1
     try:
         started = spawn(cfg.root, cpus, idle_minutes(cfg))
@@ -72,8 +126,31 @@ def begin(cfg: Any) -> None:
         return  # another command is starting one (or just did): `wait` uses it
     _started[cfg.root] = started
     minutes = f"{started.idle_minutes:g}"
-    log.warning("started a standing cluster with %d warm compilers for this and later builds; it stops itself "
-                "after %s idle minutes (`farm cluster down` stops it now)", cpus, minutes)
+    what = ("started a standing cluster" if replaced is None
+            else f"replaced a standing cluster{replaced} that ran older farm code: started a new one")
+    log.warning("%s with %d warm compilers for this and later builds; it stops itself after %s idle minutes "
+                "(`farm cluster down` stops it now)", what, cpus, minutes)
+
+
+def _replace(cfg: Any, state: StandingState) -> None:
+    """Stop a daemon of older farm code and start a new one, only while no build uses it."""
+    root = cfg.root
+    if standing_use.being_replaced(root):  # another build of this code is at it: use its new daemon
+        standing_use.wait_replaced(root, WAIT_S)
+        return
+    if not standing_use.take_exclusive(root):
+        _said_stale.add(root)
+        log.warning("the standing cluster%s runs older farm code and another build is using it; this build "
+                    "starts a private cluster (the next build replaces it once none uses it)", _who(state))
+        return
+    try:
+        now = running(root)
+        if now is None or now["pid"] != state["pid"]:
+            return  # replaced or gone meanwhile: `wait` judges what is up now
+        down(root)
+        _spawn(cfg, _who(state))
+    finally:
+        standing_use.share(root)  # this build uses the new daemon: nobody may replace it under us
 
 
 def wait(cfg: Any) -> StandingState | None:

@@ -31,23 +31,19 @@ import ray
 from farm.core.atomic import write_text_atomic
 from farm.core.errors import FarmError
 from farm.core.log import configure
-from farm.execute import autostart, local, ray_compat
+from farm.execute import autostart, local, ray_compat, standing_use
 from farm.execute.compiler import CONCURRENCY, Compiler, WarmUp
 from farm.execute.local import num_cpus
-from farm.execute.processes import (
-    end_processes,
-    forget_ray_processes,
-    identities,
-    identity,
-    record_ray_processes,
-    verified,
-)
+from farm.execute.processes import forget_ray_processes, identity, record_ray_processes, verified
 from farm.execute.standing_files import (
     RAY_CORE,
+    STARTED_BY_BUILD,
+    STARTED_BY_UP,
     STATE_FILE,
     TOKEN_FILE,
     USED_FILE,
     StandingState,
+    down,
     health,
     hold_lock,
     mark_used,
@@ -63,7 +59,7 @@ from farm.table import config as config_mod
 log = logging.getLogger("farm.execute.standing")
 
 # Names the CLI and the build use from here.
-__all__ = ["StandingState", "down", "for_build", "health", "mark_used", "num_cpus", "running", "up"]
+__all__ = ["StandingState", "done", "down", "for_build", "health", "mark_used", "num_cpus", "running", "up"]
 
 NAMESPACE = "farm-standing"
 ACTOR_PREFIX = "farm-compiler-"
@@ -94,11 +90,15 @@ def drop_token() -> None:
 
 def for_build(cfg: Any) -> StandingState | None:
     """The standing cluster this build may use, or None (then it starts a private one). With auto-start on
-    and none up, the build starts one (or waits for the one another build is starting). Notes go to the log."""
+    and none up, the build starts one (or waits for the one another build is starting); one running older
+    farm code is replaced when no build uses it (farm/execute/autostart.py). While the build uses the
+    cluster it holds the in-use lock (farm/execute/standing_use.py; `done` lets go). Notes go to the log."""
     if cfg.executor.get("kind") != "local" or not cfg.executor.get("standing", True):
         return None
     wanted = num_cpus(cfg.executor)  # a bad value is named here, before anything starts
-    state = running(cfg.root) or autostart.wait(cfg)
+    state = running(cfg.root)
+    if not autostart.off_reason(cfg) and (state is None or autostart.stale(state)):
+        state = autostart.wait(cfg)
     if not state:
         return None
     problem = health(state)
@@ -106,13 +106,16 @@ def for_build(cfg: Any) -> StandingState | None:
         log.warning("the standing cluster is not usable: %s; this build starts a private cluster "
                     "(farm cluster down && farm cluster up restarts it)", problem)
         return None
-    if state.get("generator") != generator_digest():
-        log.warning("the standing cluster runs older farm code; this build starts a private cluster "
-                    "(to refresh it: farm cluster down && farm cluster up)")
+    if autostart.stale(state):
+        autostart.say_stale(cfg, state)
         return None
     if wanted and wanted != int(state["num_cpus"]):
         log.warning("executor.num_cpus=%s but the standing cluster has %s compilers; this build starts a "
                     "private cluster", wanted, state["num_cpus"])
+        return None
+    if not standing_use.hold(cfg.root, state):
+        log.warning("another build is replacing the standing cluster at %s; this build starts a private cluster",
+                    state["address"])
         return None
     mark_used(cfg.root)
     log.info("using the standing cluster at %s (%s warm compilers; farm cluster down stops it)",
@@ -120,9 +123,15 @@ def for_build(cfg: Any) -> StandingState | None:
     return state
 
 
+def done(root: Path) -> None:
+    """The build no longer uses the standing cluster: its idle clock starts, and it may be replaced."""
+    mark_used(root)
+    standing_use.release(root)
+
+
 # --- the daemon ---------------------------------------------------------------------------------------
 
-def serve(root: Path, cpus: int, idle_s: float, lock_fd: int) -> int:
+def serve(root: Path, cpus: int, idle_s: float, lock_fd: int, by: str) -> int:
     """The daemon's body: start the cluster and the warm compilers, publish the state, wait."""
     hold_lock(lock_fd)
     use_token(root)
@@ -140,14 +149,14 @@ def serve(root: Path, cpus: int, idle_s: float, lock_fd: int) -> int:
         # Builds may join before the warm-up ends (a build that started this daemon waits for it): a
         # compile sent now runs after, or itself does, its compiler's warm-up. `farm cluster up` waits
         # for warm=true.
-        _publish(where, _state(root, address, cpus, idle_s, warm=False))
+        _publish(where, _state(root, address, cpus, idle_s, by, warm=False))
         mark_used(root)
         log.info("open to builds after %.1f s", time.monotonic() - began)
         warm: list[WarmUp] = ray.get(warming)
         if not all(w.ready for w in warm):
             raise RuntimeError("a compiler's warm server did not start (see its zygote.log in the farm's "
                                "private temp directory, zygotes/)")
-        state = _state(root, address, cpus, idle_s, warm=True)  # now with the zygotes it started
+        state = _state(root, address, cpus, idle_s, by, warm=True)  # now with the zygotes it started
         _publish(where, state)
         log.info("up: %s, %d warm compilers after %.1f s", state["address"], cpus, time.monotonic() - began)
         _wait(where, state, stop, idle_s)
@@ -162,7 +171,7 @@ def _publish(where: Path, state: StandingState) -> None:
     write_text_atomic(where / STATE_FILE, json.dumps(state, indent=1) + "\n")
 
 
-def _state(root: Path, address: str, cpus: int, idle_s: float, warm: bool) -> StandingState:
+def _state(root: Path, address: str, cpus: int, idle_s: float, by: str, warm: bool) -> StandingState:
     """What `down`, `running` and builds need, with the proof of who is who: the daemon's and every
     Ray process's pid, start time and command line (its descendants now: Ray, workers, zygotes)."""
     me = psutil.Process()
@@ -170,7 +179,8 @@ def _state(root: Path, address: str, cpus: int, idle_s: float, warm: bool) -> St
     core = [p for p in processes if p["cmdline"] and Path(p["cmdline"][0]).name in RAY_CORE]
     return {"pid": me.pid, "daemon": identity(me), "pgid": os.getpgid(0), "processes": processes,
             "ray_core": core, "root": str(root), "address": address, "num_cpus": cpus,
-            "generator": generator_digest(), "started_unix": time.time(), "idle_s": idle_s, "warm": warm}
+            "generator": generator_digest(), "started_unix": time.time(), "idle_s": idle_s, "warm": warm,
+            "started_by": by}
 
 
 def _wait(where: Path, state: StandingState, stop: dict[str, bool], idle_s: float) -> None:
@@ -193,7 +203,7 @@ def up(root: Path, cpus: int, idle_minutes: float) -> StandingState:
     state = running(root)
     if state and state.get("warm", True):
         return state
-    started = None if state else spawn(root, cpus, idle_minutes)
+    started = None if state else spawn(root, cpus, idle_minutes, STARTED_BY_UP)
     try:
         return wait_up(root, started, START_TIMEOUT_S, warm=True)
     except FarmError:
@@ -203,42 +213,7 @@ def up(root: Path, cpus: int, idle_minutes: float) -> StandingState:
         raise
 
 
-def down(root: Path, timeout_s: float = 60.0) -> bool:
-    """Stop the daemon (it stops its Ray cluster); False if none was up. A daemon that does not stop
-    in `timeout_s` is killed with its whole process group, and every Ray process it started (each
-    verified by pid, start time and command line) is ended too."""
-    state = running(root)
-    if not state:
-        return False
-    daemon = verified(state["daemon"])
-    if daemon is None:  # it ended just now
-        (state_dir(root) / STATE_FILE).unlink(missing_ok=True)
-        return True
-    # Everything it started, as it is now (Ray workers and their zygotes come and go).
-    tree = identities(daemon.children(recursive=True)) + list(state.get("processes") or [])
-    daemon.terminate()
-    try:
-        daemon.wait(timeout_s)
-    except psutil.TimeoutExpired:
-        _kill_group(daemon)
-    end_processes(tree)
-    (state_dir(root) / STATE_FILE).unlink(missing_ok=True)
-    forget_ray_processes(daemon.pid)
-    return True
-
-
-def _kill_group(daemon: psutil.Process) -> None:
-    """SIGKILL the daemon's process group, once it is proven to be the daemon's own (it leads it)."""
-    try:
-        if daemon.is_running() and os.getpgid(daemon.pid) == daemon.pid:
-            os.killpg(daemon.pid, signal.SIGKILL)
-        elif daemon.is_running():
-            daemon.kill()
-        daemon.wait(10)
-    except (psutil.Error, ProcessLookupError):
-        pass
-
-
 if __name__ == "__main__":
     configure(0)  # the daemon's notes go to its log file (its stderr)
-    sys.exit(serve(Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])))
+    by = sys.argv[5] if len(sys.argv) > 5 else STARTED_BY_BUILD
+    sys.exit(serve(Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), by))

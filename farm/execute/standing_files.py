@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -29,8 +30,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
+import psutil
+
 from farm.core.errors import FarmError
-from farm.execute.processes import Identity, end_leftovers, end_processes, verified
+from farm.execute.processes import (
+    Identity,
+    end_leftovers,
+    end_processes,
+    forget_ray_processes,
+    identities,
+    verified,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +52,8 @@ LOCK_FILE = "daemon.lock"   # held by the daemon for its life (see the module's 
 CONNECT_TIMEOUT_S = 2.0     # a build's probe of the cluster's GCS port: a dead cluster costs this, not minutes
 RAY_CORE = ("gcs_server", "raylet")  # the daemon's Ray processes a working cluster cannot do without
 POLL_S = 0.1
+STARTED_BY_UP = "farm cluster up"
+STARTED_BY_BUILD = "a build"
 
 
 class StandingState(TypedDict):
@@ -59,6 +71,7 @@ class StandingState(TypedDict):
     started_unix: float
     idle_s: float
     warm: bool                  # its compilers' warm-up is done (builds may join before)
+    started_by: str             # STARTED_BY_UP or STARTED_BY_BUILD (said when a build replaces it)
 
 
 @dataclass(frozen=True)
@@ -161,7 +174,7 @@ def starting(root: Path) -> bool:
     return False
 
 
-def spawn(root: Path, cpus: int, idle_minutes: float) -> Started | None:
+def spawn(root: Path, cpus: int, idle_minutes: float, by: str = STARTED_BY_BUILD) -> Started | None:
     """Start the daemon, detached, unless one is up or starting (then None). Returns at once: the daemon
     warms up on its own while the caller goes on (`wait_up` waits for it)."""
     end_leftovers()
@@ -177,7 +190,7 @@ def spawn(root: Path, cpus: int, idle_minutes: float) -> Started | None:
         # Its own session and process group: it outlives this command, `down` can end its whole tree,
         # and no terminal signal reaches it. It inherits the lock (pass_fds) and holds it while it lives.
         proc = subprocess.Popen([sys.executable, "-m", "farm.execute.standing", str(root), str(cpus),
-                                 str(idle_minutes * 60), str(lock)], stdin=subprocess.DEVNULL, stdout=log_fd,
+                                 str(idle_minutes * 60), str(lock), by], stdin=subprocess.DEVNULL, stdout=log_fd,
                                 stderr=log_fd, start_new_session=True, cwd=root, pass_fds=(lock,))
         os.close(log_fd)
     finally:
@@ -209,3 +222,39 @@ def wait_up(root: Path, started: Started | None, timeout_s: float, warm: bool = 
                             f"see {where / LOG_FILE}")
         time.sleep(POLL_S)
     raise FarmError(f"the standing cluster was not up after {timeout_s:.0f} s", f"see {where / LOG_FILE}")
+
+
+def down(root: Path, timeout_s: float = 60.0) -> bool:
+    """Stop the daemon (it stops its Ray cluster); False if none was up. A daemon that does not stop
+    in `timeout_s` is killed with its whole process group, and every Ray process it started (each
+    verified by pid, start time and command line) is ended too."""
+    state = running(root)
+    if not state:
+        return False
+    daemon = verified(state["daemon"])
+    if daemon is None:  # it ended just now
+        (state_dir(root) / STATE_FILE).unlink(missing_ok=True)
+        return True
+    # Everything it started, as it is now (Ray workers and their zygotes come and go).
+    tree = identities(daemon.children(recursive=True)) + list(state.get("processes") or [])
+    daemon.terminate()
+    try:
+        daemon.wait(timeout_s)
+    except psutil.TimeoutExpired:
+        _kill_group(daemon)
+    end_processes(tree)
+    (state_dir(root) / STATE_FILE).unlink(missing_ok=True)
+    forget_ray_processes(daemon.pid)
+    return True
+
+
+def _kill_group(daemon: psutil.Process) -> None:
+    """SIGKILL the daemon's process group, once it is proven to be the daemon's own (it leads it)."""
+    try:
+        if daemon.is_running() and os.getpgid(daemon.pid) == daemon.pid:
+            os.killpg(daemon.pid, signal.SIGKILL)
+        elif daemon.is_running():
+            daemon.kill()
+        daemon.wait(10)
+    except (psutil.Error, ProcessLookupError):
+        pass
