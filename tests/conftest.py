@@ -107,6 +107,15 @@ def small_copy(dest: Path) -> Path:
     return project
 
 
+def small_one_target_copy(dest: Path, target: str) -> Path:
+    """`small_copy` selecting one target, with its table expanded (the cluster tests' project)."""
+    project = small_copy(dest)
+    config = project / "conf" / "config.yaml"
+    config.write_text(config.read_text().replace("\ntargets: []", f"\ntargets: [{target}]", 1))
+    run_farm(project, "expand", check=True)
+    return project
+
+
 @pytest.fixture(scope="session")
 def small_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A project with the small rmsnorm table expanded (no objects yet)."""

@@ -27,13 +27,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 import pytest
-from conftest import REPO, last_line, run_farm, small_copy
+from conftest import REPO, last_line, run_farm, small_one_target_copy
 
 import farm
 
@@ -42,6 +42,7 @@ import farm
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 
+T = TypeVar("T")
 TARGET = "gfx942"
 ROWS = 6  # the small rmsnorm table (conftest) for one target
 FARM_PACKAGE = Path(farm.__file__).resolve().parent  # the driver's farm code
@@ -186,11 +187,7 @@ def _uses(proc: psutil.Process, root: str) -> bool:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    project = small_copy(tmp_path_factory.mktemp("cluster"))
-    config = project / "conf" / "config.yaml"
-    config.write_text(config.read_text().replace("\ntargets: []", f"\ntargets: [{TARGET}]", 1))
-    run_farm(project, "expand", check=True)
-    return project
+    return small_one_target_copy(tmp_path_factory.mktemp("cluster"), TARGET)
 
 
 @pytest.fixture(scope="module")
@@ -444,6 +441,27 @@ def in_flight(node: Any) -> set[str]:
     return keys
 
 
+def kill_now(procs: list[psutil.Process]) -> None:
+    """SIGKILL each at once, in order (a node's raylet first, so that it restarts nothing)."""
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
+def node_with_a_row_in_flight(build: subprocess.Popen, out: Path, log: Path, nodes: Iterable[T],
+                              busy: Callable[[T], bool], timeout_s: float = 300) -> T:
+    """Once the build has written two objects, the first of `nodes` with a row in flight (`busy`)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert build.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, "no row was in flight on a worker node after the first objects"
+        if len(recorded(out)) >= 2:
+            found = next((node for node in nodes if busy(node)), None)
+            if found is not None:
+                return found
+        time.sleep(0.02)
+
+
 def test_worker_node_killed_mid_build(cluster: Any, project: Path, guard: dict[str, Any],
                                       reference: dict[str, bytes], tmp_path: Path) -> None:
     workers = set_worker_nodes(cluster, guard, 2)
@@ -458,21 +476,12 @@ def test_worker_node_killed_mid_build(cluster: Any, project: Path, guard: dict[s
         # Once objects are being written, wait for a row in flight on a worker node; that node dies, as
         # a machine would: its Ray workers, warm servers and compiles first (no result can leave it),
         # then the node itself.
-        deadline = time.monotonic() + 300
-        victim = None
-        while victim is None:
-            assert build.poll() is None, (tmp_path / "build.log").read_text()
-            assert time.monotonic() < deadline, "no row was in flight on a worker node after the first objects"
-            if len(recorded(out)) >= 2:
-                victim = next((node for node in workers if in_flight(node)), None)
-            time.sleep(0.02)
+        victim = node_with_a_row_in_flight(build, out, tmp_path / "build.log", workers, in_flight)
         # Mid-build, the driver (a Ray client of the cluster) talks to it over loopback only.
         assert assert_sockets_on_loopback([psutil.Process(build.pid)]) > 0
         # The raylet first, so that it cannot restart what dies under it.
         doomed = [psutil.Process(raylet_pid(victim)), *_descendants(raylet_pid(victim))]
-        for proc in doomed:  # at once, the raylet first (so it restarts nothing); reaped below
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
+        kill_now(doomed)  # reaped below
         killed_at = time.time()
         written_at_kill = len(recorded(out))
         _remember(doomed)

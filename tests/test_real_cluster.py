@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import run_farm, small_copy
+from conftest import small_one_target_copy
 from test_cluster import (
     TARGET,
     _descendants,
@@ -32,6 +32,8 @@ from test_cluster import (
     _uses,
     assert_sockets_on_loopback,
     golden_digests,
+    kill_now,
+    node_with_a_row_in_flight,
     recorded,
     short_tmp,
 )
@@ -149,11 +151,7 @@ def real_cluster() -> Iterator[RealCluster]:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    project = small_copy(tmp_path_factory.mktemp("real-cluster"))
-    config = project / "conf" / "config.yaml"
-    config.write_text(config.read_text().replace("\ntargets: []", f"\ntargets: [{TARGET}]", 1))
-    run_farm(project, "expand", check=True)
-    return project
+    return small_one_target_copy(tmp_path_factory.mktemp("real-cluster"), TARGET)
 
 
 def build_cmd(rc: RealCluster, out: Path, reports: Path, *extra: str) -> list[str]:
@@ -233,19 +231,11 @@ def test_build_survives_a_worker_node_killed_mid_build(real_cluster: RealCluster
         build = subprocess.Popen(build_cmd(rc, out, reports), cwd=project, env=build_env(rc.home),
                                  stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 300
-        victim = None
-        while victim is None:
-            assert build.poll() is None, (tmp_path / "build.log").read_text()
-            assert time.monotonic() < deadline, "no row was in flight on a worker node after the first objects"
-            if len(recorded(out)) >= 2:
-                victim = next((name for name in ("w1", "w2") if in_flight(rc, name)), None)
-            time.sleep(0.02)
+        victim = node_with_a_row_in_flight(build, out, tmp_path / "build.log", ("w1", "w2"),
+                                           lambda name: in_flight(rc, name))
         raylet = raylet_of(rc, victim)
         doomed = [raylet, *[p for p in node_processes(rc, victim) if p.pid != raylet.pid]]
-        for proc in doomed:  # the raylet first, so that it restarts nothing
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
+        kill_now(doomed)
         written_at_kill = len(recorded(out))
         killed_at = time.time()
         _kill(doomed)
