@@ -11,7 +11,6 @@ import logging
 import os
 import select
 import sys
-from importlib.metadata import PackageNotFoundError, version
 
 from farm.cli.parser import HelpShown, Invocation, UsageError, build_parser, parse
 from farm.cli.selection import load
@@ -95,6 +94,9 @@ def version_text() -> str:
 
 
 def _installed(distribution: str) -> str:
+    # Imported here: importlib.metadata costs ~60 ms at every start, and only --version needs it.
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version(distribution)
     except PackageNotFoundError:
