@@ -89,3 +89,25 @@ def test_a_fork_past_its_deadline_is_killed_whatever_it_does_with_signals() -> N
     assert run_forked(stubborn, on_start=told.append, deadline=time.monotonic() + 1.0) == -signal.SIGKILL
     assert len(told) == 1 and told[0] != os.getpid()
     assert run_forked(lambda: 3, deadline=time.monotonic() + 30) == 3  # a child that ends on time is untouched
+
+
+def test_a_fork_does_not_wait_for_the_last_child_still_exiting() -> None:
+    """A child that told its code may still be tearing down its copy of the server: the next fork goes on
+    without it (it stays listed), and it is reaped by a later fork once it is gone."""
+    from farm.worker import forking
+
+    exiting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # stands for the child
+    forking._EXITING.append(exiting.pid)
+    try:
+        assert forking.run_forked(lambda: 5) == 5
+        assert exiting.pid in forking._EXITING and exiting.poll() is None
+    finally:
+        os.kill(exiting.pid, 9)
+    for _ in range(200):  # its exit takes a moment to be visible
+        if forking.run_forked(lambda: 0) == 0 and exiting.pid not in forking._EXITING:
+            break
+    assert exiting.pid not in forking._EXITING
+    exiting.returncode = -9  # reaped by run_forked, not by Popen
+    with pytest.raises(ProcessLookupError):
+        os.kill(exiting.pid, 0)
+    forking._reap_exiting()  # the forks of this test: gone by now or soon

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 # Children that told their exit code and are still exiting. A forked copy of a warm server (torch and
 # FlyDSL loaded: ~300 MB mapped) takes ~5-30 ms to tear down after its last line; the row need not wait
-# for that, so the server answers as soon as the child told, and reaps it before its next fork.
+# for that, so the server answers as soon as the child told, and reaps it at a later fork once it is gone.
 _EXITING: list[int] = []
 
 
@@ -69,5 +69,7 @@ def _told(fd: int, deadline: float | None) -> bytes | None:
 
 
 def _reap_exiting() -> None:
-    while _EXITING:
-        os.waitpid(_EXITING.pop(), 0)
+    """Reap the children that have finished exiting; one still tearing down is left for the next fork (a
+    zombie meanwhile), so a fork never waits for it: waiting cost the next row 0-30 ms (mean ~7) on a
+    loaded 2-core machine."""
+    _EXITING[:] = [pid for pid in _EXITING if os.waitpid(pid, os.WNOHANG)[0] == 0]
