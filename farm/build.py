@@ -20,7 +20,7 @@ from farm.core.errors import FarmError
 from farm.core.private import private_dir
 from farm.plan.code_closure import files_of
 from farm.plan.decide import REVERIFY, Decision, decide, summary_line
-from farm.plan.digest import CompileRecord, code_hashes, farm_hashes, farm_path_ok, inputs_of
+from farm.plan.digest import CompileRecord, code_hashes, farm_hashes, farm_path_ok, inputs_of, one_look
 from farm.plan.sources import Tree, collect
 from farm.restore.stage import Checks, Outcome, restore
 from farm.store import manifest
@@ -291,7 +291,8 @@ def _verify_batch(cfg: FarmConfig, rows: dict[str, Row], tree: Tree | dict[str, 
         counts = disassemble(cfg, [(rows[r.key], r) for r in batch])
         share = (time.time() - began) / len(batch)
     out = []
-    with cost.section("verify", "accept"):
+    # The batch is accepted at one moment: each farm file's stat is taken once for all its rows.
+    with cost.section("verify", "accept"), one_look():
         for result in batch:
             row = rows[result.key]
             start = time.time()

@@ -155,3 +155,30 @@ def test_no_file_of_the_verifier_record_imports_code_by_name_at_run_time() -> No
     for rel in build.verifier_files():
         text = (REPO / "farm" / rel).read_text()
         assert "import_module(" not in text and "__import__(" not in text, rel
+
+
+def test_within_one_look_a_farm_file_is_looked_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch is accepted at one moment (one stat per file for all its rows); the next batch sees a change."""
+    from farm.plan import digest
+    monkeypatch.setattr(digest, "FARM_DIR", tmp_path)
+    for cache in ("_PATHS", "_HASHED"):
+        monkeypatch.setattr(digest, cache, {})
+    code = tmp_path / "x.py"
+    code.write_text("a = 1\n")
+    first = farm_hashes({"x.py": None})["x.py"]
+    with digest.one_look():
+        assert farm_hashes({"x.py": None})["x.py"] == first
+        code.write_text("a = 22\n")  # changed within the batch: this batch keeps the stamp it took
+        assert farm_hashes({"x.py": None})["x.py"] == first
+    now = farm_hashes({"x.py": None})["x.py"]
+    assert now == hashlib.sha256(b"a = 22\n").hexdigest() != first
+    code.unlink()
+    with digest.one_look():
+        assert farm_hashes({"x.py": None}) == {"x.py": None}
+
+
+def test_recorded_farm_names_are_judged_the_same_when_asked_again() -> None:
+    from farm.plan.digest import farm_path_ok
+    for _ in range(2):
+        assert farm_path_ok("build.py") and farm_path_ok("plan/digest.py")
+        assert not any(farm_path_ok(bad) for bad in ("../x.py", "/abs.py", "a.txt", "", "a//b.py", 3, None))

@@ -23,7 +23,8 @@ import hashlib
 import os
 import stat
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -49,8 +50,7 @@ def generator_digest() -> str:
     return digest_of({p.relative_to(FARM_DIR).as_posix(): sha256_file(p) for p in files})
 
 
-def farm_path_ok(rel: object) -> bool:
-    """A recorded farm file name: a plain relative path to a .py file inside the farm package."""
+def _farm_path_check(rel: object) -> bool:
     return path_ok(rel) and str(rel).endswith(".py")
 
 
@@ -59,9 +59,24 @@ def farm_hashes(rels: object) -> Hashes:
     `rels` is recorded data: anything but a dict of names gives {}."""
     out: Hashes = {}
     for rel in sorted(rels) if isinstance(rels, dict) else []:
-        path = FARM_DIR / rel if farm_path_ok(rel) else None
-        out[rel] = _code_hash(rel) if path is not None else None
+        out[rel] = _code_hash(rel) if farm_path_ok(rel) else None
     return out
+
+
+def farm_path_ok(rel: object) -> bool:
+    """A recorded farm file name: a plain relative path to a .py file inside the farm package. Decided once
+    per name: every accepted row asks about the same names."""
+    if type(rel) is not str:
+        return _farm_path_check(rel)
+    known = _NAMES_OK.get(rel)
+    if known is None:
+        known = _farm_path_check(rel)
+        if len(_NAMES_OK) < 100_000:  # recorded data cannot grow it without bound
+            _NAMES_OK[rel] = known
+    return known
+
+
+_NAMES_OK: dict[str, bool] = {}
 
 
 class CodeRecorder:
@@ -144,7 +159,16 @@ def _code_hash(rel: str) -> str | None:
 
 
 def _stamp(rel: str) -> tuple[int, int, int] | None:
-    """(mtime_ns, size, inode) of a farm file; None when it is not a regular file."""
+    """(mtime_ns, size, inode) of a farm file; None when it is not a regular file. Inside `one_look`, each
+    file is looked at once."""
+    if _LOOKED is not None:
+        if rel not in _LOOKED:
+            _LOOKED[rel] = _stat(rel)
+        return _LOOKED[rel]
+    return _stat(rel)
+
+
+def _stat(rel: str) -> tuple[int, int, int] | None:
     path = _PATHS.get(rel)
     if path is None:
         path = _PATHS[rel] = str(FARM_DIR / rel)
@@ -156,6 +180,20 @@ def _stamp(rel: str) -> tuple[int, int, int] | None:
 
 
 _PATHS: dict[str, str] = {}  # rel -> its absolute path as a string (joining Paths per call cost more than stat)
+_LOOKED: dict[str, tuple[int, int, int] | None] | None = None  # inside `one_look`: rel -> its stamp
+
+
+@contextmanager
+def one_look() -> Iterator[None]:
+    """Within this block each farm file is stat'ed once: the driver accepts a batch of results at one moment,
+    and every row asks about the same ~80 generator and verifier files (a stat each per row cost ~0.2 ms)."""
+    global _LOOKED
+    outer = _LOOKED
+    _LOOKED = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _LOOKED = outer
 
 
 def source_hashes(kernels_dir: Path, rels: Mapping[str, object]) -> Hashes:
