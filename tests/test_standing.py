@@ -10,6 +10,8 @@ from pathlib import Path
 import psutil
 from conftest import run_farm, small_copy
 
+from farm.execute.processes import identities, verified
+
 TARGET = "gfx942"
 
 
@@ -85,3 +87,26 @@ def test_cluster_verb_names_its_actions(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "farm cluster needs one of up, down, status; got upp" in proc.stderr
     assert run_farm(project, "cluster", "down", check=True).stdout.strip() == "no standing cluster was up"
+
+
+def test_cluster_up_replaces_a_daemon_of_older_farm_code(tmp_path: Path) -> None:
+    project = small_copy(tmp_path / "project")
+    run_farm(project, "expand", check=True)
+    where = project / ".farm" / "cluster"
+    try:
+        run_farm(project, "cluster", "up", "executor.num_cpus=1", check=True)
+        state = json.loads((where / "state.json").read_text())
+        old = psutil.Process(int(state["pid"]))
+        old_tree = identities([old, *old.children(recursive=True)])
+        (where / "state.json").write_text(json.dumps(dict(state, generator="0" * 64)))
+        again = run_farm(project, "cluster", "up", "executor.num_cpus=1", check=True)
+        assert "stopped the standing cluster that ran older farm code" in again.stderr
+        new = json.loads((where / "state.json").read_text())
+        assert new["pid"] != state["pid"] and new["generator"] == state["generator"]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(verified(i) for i in old_tree):
+            time.sleep(0.5)
+        assert not any(verified(i) for i in old_tree)  # every process of the old daemon, by pid
+    finally:
+        run_farm(project, "cluster", "down")
+    assert not (where / "state.json").exists()

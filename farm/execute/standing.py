@@ -199,8 +199,21 @@ def _wait(where: Path, state: StandingState, stop: dict[str, bool], idle_s: floa
 # --- farm cluster up | down | status ----------------------------------------------------------------
 
 def up(root: Path, cpus: int, idle_minutes: float) -> StandingState:
-    """Start the daemon (unless one is up or starting) and wait until its compilers are warm."""
+    """Start the daemon (unless one is up or starting) and wait until its compilers are warm. One running
+    older farm code is replaced, as a build would (only while no build uses it)."""
     state = running(root)
+    if state and autostart.stale(state):
+        if not standing_use.take_exclusive(root):
+            raise FarmError(f"the standing cluster (daemon pid {state['pid']}) runs older farm code and a build "
+                            "is using it", "run farm cluster up again once that build ends (farm cluster down "
+                            "stops it now, under that build)")
+        try:
+            down(root)
+        finally:
+            standing_use.release(root)
+        log.warning("stopped the standing cluster that ran older farm code (daemon pid %s); starting a new one",
+                    state["pid"])
+        state = None
     if state and state.get("warm", True):
         return state
     started = None if state else spawn(root, cpus, idle_minutes, STARTED_BY_UP)
