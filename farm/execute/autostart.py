@@ -27,6 +27,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from farm.core.errors import FarmError
 from farm.execute import standing_use
 from farm.execute.settings import num_cpus
@@ -149,6 +151,11 @@ def _replace(cfg: Any, state: StandingState) -> None:
             return  # replaced or gone meanwhile: `wait` judges what is up now
         down(root)
         _spawn(cfg, _who(state))
+    except (OSError, psutil.Error) as exc:
+        _failed.add(root)
+        _said_stale.add(root)
+        log.warning("could not replace the standing cluster%s that runs older farm code (%s); this build uses "
+                    "a private cluster", _who(state), exc)
     finally:
         standing_use.share(root)  # this build uses the new daemon: nobody may replace it under us
 
