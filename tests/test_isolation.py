@@ -373,7 +373,7 @@ def test_rows_work_on_a_memory_filesystem_unless_tmpdir_is_chosen(monkeypatch: p
                                                                    tmp_path: Path) -> None:
     """A row's private directory is written and removed at every row: on a memory filesystem when there is
     one, unless the caller chose a TMPDIR (honoured as before); none usable: the default temp directory."""
-    from farm.worker import isolate
+    from farm.worker import scratch as isolate
 
     monkeypatch.setattr(isolate, "MEMORY_FS", tmp_path)
     monkeypatch.delenv("TMPDIR", raising=False)
@@ -385,3 +385,26 @@ def test_rows_work_on_a_memory_filesystem_unless_tmpdir_is_chosen(monkeypatch: p
     assert isolate.scratch_parent() is None
     monkeypatch.setattr(isolate, "MEMORY_FS", tmp_path / "absent")
     assert isolate.scratch_parent() is None
+
+
+def test_row_directories_of_gone_workers_are_swept_and_no_other(tmp_path: Path) -> None:
+    """A worker killed mid-row leaves its row directory; the next worker's first row removes it. A live
+    worker's directory, a name without a pid, another kind of file and a symlink are left alone."""
+    from farm.worker import scratch
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # reaped: its pid names no process (until reused, when its directory is merely kept)
+    dead = tmp_path / f"farm-compile-{gone.pid}-abc"
+    (dead / "kernels_src").mkdir(parents=True)
+    (dead / "kernels_src" / "k.py").write_text("x = 1\n")
+    alive = tmp_path / f"farm-compile-{os.getpid()}-def"
+    alive.mkdir()
+    old_style = tmp_path / "farm-compile-xyz"
+    old_style.mkdir()
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / f"farm-compile-{gone.pid}-lnk").symlink_to(target)
+    (tmp_path / f"farm-compile-{gone.pid}-file").write_text("")
+    assert scratch.sweep_dead_rows(tmp_path) == [dead]
+    assert not dead.exists() and alive.is_dir() and old_style.is_dir() and target.is_dir()
+    assert (tmp_path / f"farm-compile-{gone.pid}-lnk").is_symlink()

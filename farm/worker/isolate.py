@@ -17,7 +17,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
@@ -36,6 +35,7 @@ from farm.worker.environment import child_environment, materialize
 from farm.worker.farm_code import farm_files, module_closure
 from farm.worker.outcome import Outcome, failure_message, real_source_paths, warnings_in
 from farm.worker.phases import PHASES_DIR_ENV, Timeline, merged, row_switches
+from farm.worker.scratch import row_directory
 from farm.worker.warm import WarmServer
 
 
@@ -66,26 +66,6 @@ class CompileFacts(TypedDict):
 
 
 _FINGERPRINTS: dict[str, ToolchainPin] = {}
-
-# A row's private directory (its kernel sources and their bytecode, the job, the object, the logs: ~60
-# files) is written and removed at every row. On a disk filesystem that is slow: on this farm's ext4
-# (mounted with discard) writing took ~6-12 ms and removing 13-31 ms a row, on tmpfs ~2 and ~1 ms. So when
-# the caller chose no TMPDIR, a row's directory goes on the memory filesystem if there is a usable one.
-MEMORY_FS = Path("/dev/shm")
-MEMORY_FS_MIN_FREE = 256 << 20  # bytes free there, else the default temp directory
-
-
-def scratch_parent() -> str | None:
-    """Where rows' private directories go: None (TMPDIR, or the default temp directory) when TMPDIR is set
-    or there is no writable memory filesystem with room; else that filesystem."""
-    if os.environ.get("TMPDIR") or not MEMORY_FS.is_dir() or not os.access(MEMORY_FS, os.W_OK | os.X_OK):
-        return None
-    try:
-        free = os.statvfs(MEMORY_FS)
-    except OSError:
-        return None
-    return str(MEMORY_FS) if free.f_bavail * free.f_frsize >= MEMORY_FS_MIN_FREE else None
-
 
 def worker_toolchain(linker: LinkerPin | None) -> ToolchainPin:
     """This worker process's toolchain for the pin's kind of linker, computed once per process."""
@@ -166,7 +146,7 @@ def compile_isolated(request: CompileRequest, sources: dict[str, bytes], timeout
         return CompileResult.failure(request.key, f"toolchain on node {node} differs from the pin: {'; '.join(diff)}",
                                      seconds=round(time.monotonic() - started, 3),
                                      phases=merged(timeline.switches, time.time()), **facts)
-    work = Path(tempfile.mkdtemp(prefix="farm-compile-", dir=scratch_parent()))
+    work = row_directory()
     try:
         compiled = _compile_in(work, request, sources, timeout_s, warm, timeline)
     finally:
