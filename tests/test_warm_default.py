@@ -18,11 +18,8 @@ import psutil
 import pytest
 from conftest import built_copy, run_farm, small_copy
 
-from farm.cli import preload
-from farm.cli.selection import selected_rows
 from farm.execute import standing_files
 from farm.execute.processes import Identity, identities, verified
-from farm.table import config as config_mod
 
 TARGET = "gfx942"
 WARM = {"CI": "false"}  # auto-start on (conftest turns it off for every other test)
@@ -189,21 +186,6 @@ def test_a_daemon_of_older_farm_code_is_replaced_only_when_no_build_uses_it(buil
         _stop(project)
     assert _gone(everything) == []
     assert not standing_files.starting(project)
-
-
-def test_a_build_that_will_compile_preloads_its_compile_code(built: Path, tmp_path: Path) -> None:
-    project = built_copy(built, tmp_path / "project")
-    cfg = config_mod.load(project, [f"targets=[{TARGET}]"])
-    rows, _ = selected_rows(cfg)
-    # Every object there: nothing to compile, nothing imported in the background.
-    assert not preload.will_compile(cfg, rows) and preload.start(cfg, rows) is None
-    victim = cfg.outputs_dir / rows[0].op / rows[0].target / rows[0].file_name
-    victim.unlink()
-    assert preload.will_compile(cfg, rows)
-    thread = preload.start(cfg, rows)
-    assert thread is not None
-    preload.finish(thread)
-    assert not thread.is_alive() and all(name in sys.modules for name in preload.MODULES)
 
 
 @pytest.mark.parametrize("text", ["name: x\nlist: [1, 2.5, .inf, null, true, 1e5, 2001-12-14]\n'a.b': {c: [{d: 1}]}\n",

@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 from farm.build import build_selection
-from farm.cli import preload
 from farm.cli.parser import Invocation
 from farm.cli.selection import load, selected_rows
 from farm.core.atomic import write_text_atomic
@@ -27,14 +26,9 @@ def cmd_build(inv: Invocation) -> int:
     cfg = load(inv.words)
     require_writable(cfg)  # before any compile: a read-only outputs_dir used to fail after all of them
     rows, every = selected_rows(cfg)
-    # Ray's import runs beside the planning below when the build will compile (farm/cli/preload.py).
-    loading = preload.start(cfg, rows)
-    try:
-        # Warm by default: the standing cluster starts now, so its warm-up overlaps the planning below.
-        autostart.begin(cfg)
-        failed = build_selection(cfg, rows, every)
-    finally:
-        preload.finish(loading)
+    # Warm by default: the standing cluster starts now, so its warm-up overlaps the planning below.
+    autostart.begin(cfg)
+    failed = build_selection(cfg, rows, every)
     return 1 if failed else 0
 
 
