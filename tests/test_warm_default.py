@@ -187,34 +187,3 @@ def test_a_daemon_of_older_farm_code_is_replaced_only_when_no_build_uses_it(buil
     assert _gone(everything) == []
     assert not standing_files.starting(project)
 
-
-@pytest.mark.parametrize("text", ["name: x\nlist: [1, 2.5, .inf, null, true, 1e5, 2001-12-14]\n'a.b': {c: [{d: 1}]}\n",
-                                  "name: x\nother: ${name}\nescaped: '\\${name}'\n", "a: !!binary aGVsbG8=\n",
-                                  "a: 1\na: 2\n", "- a\n", ""])
-def test_conf_files_read_at_start_up_as_omegaconf_reads_them(tmp_path: Path, text: str) -> None:
-    """read_file's quick path for plain YAML gives exactly what OmegaConf gives, and the same errors."""
-    from omegaconf import OmegaConf
-
-    from farm.core.errors import FarmError
-    from farm.table.tables import read_file
-    from farm.table.values import mapping
-
-    path = tmp_path / "conf" / "op" / "x.yaml"
-    path.parent.mkdir(parents=True)
-    path.write_text(text)
-    try:
-        expected: object = mapping("conf/op/x.yaml", OmegaConf.to_container(OmegaConf.load(path), resolve=True))
-    except Exception as exc:  # noqa: BLE001 (compared as the FarmError read_file names)
-        expected = type(exc)
-    try:
-        got: object = read_file(tmp_path, path)
-    except FarmError as exc:
-        got = exc.what
-    except Exception as exc:  # noqa: BLE001 (what the OmegaConf path itself lets through, as before)
-        got = type(exc)
-    if isinstance(expected, type):
-        assert got is expected or (isinstance(got, str) and got.startswith("conf/op/x.yaml")), got
-    else:
-        assert repr(got) == repr(expected)
-    for real in sorted(Path(__file__).parent.parent.glob("conf/*/*.yaml")):  # every conf file of the farm
-        assert read_file(real.parents[2], real) == OmegaConf.to_container(OmegaConf.load(real), resolve=True)

@@ -7,9 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
-import yaml
 from omegaconf import OmegaConf
-from omegaconf._utils import get_yaml_loader
 from omegaconf.errors import OmegaConfBaseException
 
 from farm.core.errors import FarmError
@@ -37,38 +35,12 @@ def discover(root: Path, kind: str) -> dict[str, Path]:
 def read_file(root: Path, path: Path) -> dict[str, Any]:
     """A conf/ file as plain data (YAML read the way Hydra reads it), or one error naming the file."""
     where = str(path.relative_to(root))
-    plain = _plain_yaml(path)
-    if plain is not None:
-        return plain
     try:
         data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
     except (OSError, OmegaConfBaseException, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise FarmError(f"{where}: cannot be read as YAML ({first})", "fix the file's syntax") from None
     return mapping(where, data)
-
-
-def _plain_yaml(path: Path) -> dict[str, Any] | None:
-    """The file read by OmegaConf's own YAML loader when it is plain data (string keys; strings, numbers,
-    booleans, nulls and lists; no '$', so no interpolation to resolve): then OmegaConf's nodes would give
-    back exactly this, at about half the cost of a build's start-up reading of conf/. None otherwise, or
-    on any problem: the OmegaConf path reads it, and names what is wrong the way it always did."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.load(f, Loader=get_yaml_loader())
-    except Exception:  # noqa: BLE001 (the full path below reports it)
-        return None
-    return data if isinstance(data, dict) and _plain(data) else None
-
-
-def _plain(value: object) -> bool:
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and "$" not in k and _plain(v) for k, v in value.items())
-    if isinstance(value, list):
-        return all(_plain(v) for v in value)
-    if isinstance(value, str):
-        return "$" not in value
-    return value is None or type(value) in (bool, int, float)
 
 
 def check_keys(where: str, data: dict[str, Any], schema: Any) -> None:
