@@ -105,6 +105,21 @@ def test_a_stale_cached_entry_compiles(published: Path, tmp_path: Path) -> None:
     assert "compiled 1, restored 0, failed 0" in proc.stderr
 
 
+def test_a_remote_that_holds_nothing_yet_compiles_every_row_with_one_line(published: Path, tmp_path: Path) -> None:
+    """A fresh clone: outputs.dvc in git, its default remote an empty or absent directory. The build compiles
+    and says why in one line (it once failed with DVC's traceback)."""
+    for remote in (tmp_path / "absent", tmp_path / "empty"):
+        if remote.name == "empty":
+            remote.mkdir()
+        project, remote_arg = clone(published, tmp_path / f"p-{remote.name}", remote)
+        proc = run_farm(project, "build", SEL, f"names=[{ONE}]", remote_arg)
+        assert proc.returncode == 0, proc.stderr
+        said = [line for line in proc.stderr.splitlines() if line.startswith("restore:")]
+        assert len(said) == 1 and "nothing published there yet" in said[0], proc.stderr
+        assert "Traceback" not in proc.stderr and "built 1, failed 0" in proc.stderr
+        assert latest_report(project)["restored"] == 0
+
+
 def test_restore_off_compiles(published: Path, tmp_path: Path) -> None:
     project, remote = clone(published, tmp_path / "p")
     proc = run_farm(project, "build", SEL, f"names=[{ONE}]", remote, "cache.restore=false")

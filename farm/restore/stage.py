@@ -16,7 +16,7 @@ from farm.core.errors import FarmError
 from farm.plan.decide import REVERIFY, UP_TO_DATE, CurrentInputs, Decision, decide_cached
 from farm.plan.sources import Tree, shipped_names
 from farm.restore.verifying import NODE, Checks, Verdict, Verifiers
-from farm.restore.view import CacheView, Unreachable, pointer_of
+from farm.restore.view import CacheView, NothingPublished, Unreachable, pointer_of
 from farm.store import manifest
 from farm.store.manifest import Entry, RecordedEntry, RecordedInputs
 from farm.store.outtree import MANIFEST
@@ -64,8 +64,9 @@ def restore(cfg: FarmConfig, todo: list[Decision], writer: Writer, report_rows: 
     with Verifiers(cfg, checks) as verifiers:  # forked first: no DVC or progress thread exists yet
         try:
             view = CacheView(cfg, pointer)
-        except Unreachable as exc:
-            log.warning("restore: %s; compiling every row", exc.what)
+        except Unreachable as exc:  # nothing published to this remote yet is the normal state of a new clone
+            log.log(logging.INFO if isinstance(exc, NothingPublished) else logging.WARNING,
+                    "restore: %s; compiling every row", exc.what)
             return Outcome(compile=list(todo))
         with BuildProgress([d.row.key for d in todo], 1, sys.stderr, phase="restoring") as progress:
             outcome = _restore_all(cfg, view, todo, verifiers, _Sink(writer, report_rows, progress))

@@ -65,9 +65,20 @@ class CacheView:
         self.remote = remote_of(cfg)
         # Imported here: DVC takes about a second to import, and only a build with rows to fetch needs it.
         from dvc.api import DVCFileSystem
+        from dvc_data.index import DataIndexDirError
 
         with _quiet(), _reached(f"opening {pointer.path.name} with DVC"):
             self.fs = DVCFileSystem(str(cfg.root.resolve()), config=_dvc_config(self.remote))
+        # The pointer's directory listing first: without it (nothing published to this remote yet, e.g. a
+        # fresh clone whose default remote is an empty directory) no row can come back, which one line says.
+        with _quiet(), _reached(f"reading the listing of {pointer.tree}/ that {pointer.path.name} points to "
+                                f"(from the DVC cache or {self.remote.describe()})"):
+            try:
+                self.fs.ls(pointer.tree, detail=False)
+            except DataIndexDirError:
+                raise NothingPublished(f"neither the DVC cache nor {self.remote.describe()} holds the listing of "
+                                       f"{pointer.tree}/ that {pointer.path.name} points to (nothing published "
+                                       "there yet)", "the rows are compiled instead") from None
 
     def listing(self, op: str, target: str) -> dict[str, str]:
         """{file name: MD5} of one published <op>/<target>/ directory ({} when the pointer has none).
@@ -100,6 +111,10 @@ class CacheView:
 
 class Unreachable(FarmError):
     """The DVC cache or remote could not be read; the build compiles instead."""
+
+
+class NothingPublished(Unreachable):
+    """The remote is readable but holds nothing of this pointer (a fresh clone's empty default remote)."""
 
 
 @contextlib.contextmanager
