@@ -89,9 +89,10 @@ def test_trace_has_a_driver_lane_and_nested_phases() -> None:
     assert all(e["args"] == {"row": "op/t/a"} for e in on_driver)
 
 
-def _real_case(op: str, target: str) -> tuple[FarmConfig, Row, CompileResult, CompileRecord]:
-    """A published object of this checkout and the result a worker running today's farm code would send."""
-    cfg = load(REPO, [])
+def _real_case(project: Path, op: str, target: str) -> tuple[FarmConfig, Row, CompileResult, CompileRecord]:
+    """An object the session's small project built, and the result a worker running today's farm code would
+    send for it."""
+    cfg = load(project, [])
     with OutputDir(cfg.outputs_dir, op, target) as out:
         file, entry = sorted(manifest.read(out).entries.items())[0]
         data = out.read_bytes(file)
@@ -104,9 +105,9 @@ def _real_case(op: str, target: str) -> tuple[FarmConfig, Row, CompileResult, Co
     return cfg, row, result, CompileRecord.of_result(result, Tree.of(collect(cfg.kernels_dir)))
 
 
-@pytest.mark.parametrize(("op", "target"), [("rmsnorm", "gfx942"), ("sdpa_cdna", "gfx950")])
-def test_verifier_record_holds_every_file_an_acceptance_ran(op: str, target: str) -> None:
-    cfg, row, result, compiled = _real_case(op, target)
+@pytest.mark.parametrize(("op", "target"), [("rmsnorm", "gfx942"), ("rmsnorm", "gfx11-generic")])
+def test_verifier_record_holds_every_file_an_acceptance_ran(built: Path, op: str, target: str) -> None:
+    cfg, row, result, compiled = _real_case(built, op, target)
     with CodeRecorder() as code:  # profiles every call of one full acceptance: disassembly, checks, entry
         counts = build.disassemble(cfg, [(row, result)])
         entry, refused = build.accept(cfg, row, result, compiled, counts[row.key])
@@ -132,16 +133,17 @@ def test_the_closure_follows_imports_inside_functions() -> None:
     assert "execute/executor.py" not in build.verifier_files()  # acceptance never reaches it
 
 
-def test_the_plain_reader_gives_what_pyelftools_gives_on_every_published_object() -> None:
-    objects = sorted((REPO / "outputs").glob("*/*/*.hsaco"))
-    assert len(objects) > 1000
+def test_the_plain_reader_gives_what_pyelftools_gives_on_every_object_at_hand(built: Path) -> None:
+    """Every object the session built (every target), and this checkout's outputs/ when it holds a build."""
+    objects = sorted(built.glob("outputs/*/*/*.hsaco")) + sorted((REPO / "outputs").glob("*/*/*.hsaco"))
+    assert len(objects) >= 30
     for path in objects:
         data = path.read_bytes()
         assert elfinfo._read_plain(data) == elfinfo._read_general(data), path
 
 
-def test_an_odd_file_is_judged_by_the_general_reader() -> None:
-    data = bytearray((REPO / "outputs").glob("rmsnorm/gfx942/*.hsaco").__next__().read_bytes())
+def test_an_odd_file_is_judged_by_the_general_reader(built: Path) -> None:
+    data = bytearray((built / "outputs").glob("rmsnorm/gfx942/*.hsaco").__next__().read_bytes())
     data[18] = 62  # e_machine: x86-64
     with pytest.raises(elffast.Irregular):
         elffast.read(bytes(data))
