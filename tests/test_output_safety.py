@@ -179,9 +179,9 @@ def test_disk_full_while_writing_is_one_clear_error(built: Path, tmp_path: Path)
     code = (
         "import errno, os, sys\n"
         "import farm.store.outtree as t\n"
-        "def full(self, name, data):\n"
+        "def full(self, name, data, **how):\n"
         "    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), name)\n"
-        "t.OutputDir.write_atomic = full\n"
+        "t.OutputDir.write_atomic = t.OutputDir.stage = full\n"  # every way an object's bytes reach disk
         "from farm.cli import main\n"
         f"sys.exit(main(['build', '{SEL}']))\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=900)
