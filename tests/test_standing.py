@@ -9,8 +9,9 @@ from pathlib import Path
 
 import psutil
 from conftest import run_farm, small_copy
+from test_warm_default import up_and_made_stale
 
-from farm.execute.processes import identities, verified
+from farm.execute.processes import verified
 
 TARGET = "gfx942"
 
@@ -94,11 +95,7 @@ def test_cluster_up_replaces_a_daemon_of_older_farm_code(tmp_path: Path) -> None
     run_farm(project, "expand", check=True)
     where = project / ".farm" / "cluster"
     try:
-        run_farm(project, "cluster", "up", "executor.num_cpus=1", check=True)
-        state = json.loads((where / "state.json").read_text())
-        old = psutil.Process(int(state["pid"]))
-        old_tree = identities([old, *old.children(recursive=True)])
-        (where / "state.json").write_text(json.dumps(dict(state, generator="0" * 64)))
+        state, old_tree = up_and_made_stale(project)
         again = run_farm(project, "cluster", "up", "executor.num_cpus=1", check=True)
         assert "stopped the standing cluster that ran older farm code" in again.stderr
         new = json.loads((where / "state.json").read_text())

@@ -139,18 +139,26 @@ def test_a_daemon_that_cannot_start_leaves_a_private_build(built: Path, tmp_path
         (project / ".farm" / "cluster").unlink()
 
 
+def up_and_made_stale(project: Path) -> tuple[dict, list[Identity]]:
+    """`farm cluster up` (one compiler), then its state made to say it runs older farm code, as if the farm was
+    edited since it started (its compiles' bytes would be refused). Returns the state as it was and the
+    daemon's processes."""
+    where = project / ".farm" / "cluster"
+    run_farm(project, "cluster", "up", "executor.num_cpus=1", check=True)
+    state = json.loads((where / "state.json").read_text())
+    old = psutil.Process(int(state["pid"]))
+    old_tree = identities([old, *old.children(recursive=True)])
+    (where / "state.json").write_text(json.dumps(dict(state, generator="0" * 64)))
+    return state, old_tree
+
+
 def test_a_daemon_of_older_farm_code_is_replaced_only_when_no_build_uses_it(built: Path, tmp_path: Path) -> None:
     project = built_copy(built, tmp_path / "project")
     where = project / ".farm" / "cluster"
     ours, theirs = project / "outputs" / "rmsnorm" / TARGET, built / "outputs" / "rmsnorm" / TARGET
     victims = sorted(ours.glob("*.hsaco"))[:2]
     try:
-        run_farm(project, "cluster", "up", "executor.num_cpus=1", check=True)
-        state = json.loads((where / "state.json").read_text())
-        old = psutil.Process(int(state["pid"]))
-        old_tree = identities([old, *old.children(recursive=True)])
-        # As if the farm was edited since it started: its compiles' bytes would be refused.
-        (where / "state.json").write_text(json.dumps(dict(state, generator="0" * 64)))
+        state, old_tree = up_and_made_stale(project)
 
         # Another build is using it (holds the in-use lock): it is left alone, this build is private.
         victims[0].unlink()
@@ -164,7 +172,7 @@ def test_a_daemon_of_older_farm_code_is_replaced_only_when_no_build_uses_it(buil
         assert "failed 0" in busy.stderr and victims[0].is_file()
         assert _gone(old_tree, timeout_s=0) == old_tree  # every process of it still runs
         [row] = [r for r in _report(project)["rows"] if r["key"].endswith("/" + victims[0].stem)]
-        assert _pid(row["worker"]) not in {p.pid for p in old.children(recursive=True)}
+        assert _pid(row["worker"]) not in {i["pid"] for i in old_tree}
 
         # Idle now: the next build replaces it (one line), then compiles on the new daemon.
         victims[1].unlink()
