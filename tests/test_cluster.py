@@ -450,15 +450,16 @@ def kill_now(procs: list[psutil.Process]) -> None:
 
 def node_with_a_row_in_flight(build: subprocess.Popen, out: Path, log: Path, nodes: Iterable[T],
                               busy: Callable[[T], bool], timeout_s: float = 300) -> T:
-    """Once the build has written two objects, the first of `nodes` with a row in flight (`busy`)."""
+    """The first of `nodes` with a row in flight (`busy`: its compile has started, so its node is warm). Not
+    gated on objects written: manifests are flushed about once a second, so a small build may finish before
+    any object is recorded."""
     deadline = time.monotonic() + timeout_s
     while True:
         assert build.poll() is None, log.read_text()
         assert time.monotonic() < deadline, "no row was in flight on a worker node after the first objects"
-        if len(recorded(out)) >= 2:
-            found = next((node for node in nodes if busy(node)), None)
-            if found is not None:
-                return found
+        found = next((node for node in nodes if busy(node)), None)
+        if found is not None:
+            return found
         time.sleep(0.02)
 
 
@@ -497,7 +498,7 @@ def test_worker_node_killed_mid_build(cluster: Any, project: Path, guard: dict[s
             build.wait()
     text = (tmp_path / "build.log").read_text()
     assert code == 0, text
-    assert 2 <= written_at_kill < ROWS, "the node died after the build had everything"
+    assert written_at_kill < ROWS, "the node died after the build had everything"
 
     report = json.loads((reports / "latest-build.json").read_text())
     rows = {r["key"]: r for r in report["rows"]}
