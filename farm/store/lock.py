@@ -25,6 +25,8 @@ from farm.core.errors import FarmError
 from farm.table.config import FarmConfig
 
 POLL_S = 0.2
+# How long a waiter looks for the name of a holder that has just taken the lock before it says "another".
+NAME_WAIT_S = 1.0
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +74,8 @@ def tree_lock(tree: Path, command: str, *, shared: bool = False, wait_s: float |
     fd = _open_lock_file(path)
     mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     try:
-        deadline = None if wait_s is None else time.monotonic() + max(0.0, wait_s)
+        began = time.monotonic()
+        deadline = None if wait_s is None else began + max(0.0, wait_s)
         said = False
         while True:
             try:
@@ -84,7 +87,9 @@ def tree_lock(tree: Path, command: str, *, shared: bool = False, wait_s: float |
                     raise FarmError(f"{tree} is locked by {who}",
                                     "wait for it to finish, or run again without lock_wait_s= to wait for it"
                                     ) from None
-                if not said:
+                # A writer names itself just after it takes the lock: a waiter that looked in between
+                # waits a moment for the name before it says whom it waits for (a reader never names one).
+                if not said and (who.startswith("pid ") or time.monotonic() - began >= NAME_WAIT_S):
                     log.warning("waiting for %s: it is locked by %s (lock file %s)", tree, who, path)
                     said = True
                 time.sleep(POLL_S)
