@@ -4,7 +4,8 @@
 
 Measures, with Ray's own serializer (`ray.cloudpickle`, what `.remote()` arguments and results use):
 - once per build: the kernel sources (`farm/plan/sources.py collect`, put once, referenced by every call);
-- once per node: the farm package Ray's runtime environment ships (`py_modules`), zipped the way Ray does;
+- once per node: the farm package Ray's runtime environment ships (`py_modules`), estimated as its files
+  (caches left out) zipped with deflate, as Ray packs it;
 - per row, to the node: the CompileRequest, for every selected row;
 - per row, back to the driver: a real CompileResult (the object, the compiler's output, what it read, the
   toolchain fingerprint, the phases), one fresh-interpreter compile of the first row of each op.
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _zipped_size(package: Path) -> int:
-    """The size of `package` zipped with deflate, skipping caches (how Ray uploads a py_modules entry)."""
+    """The size of `package` zipped with deflate, caches left out: an estimate of Ray's py_modules upload."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in sorted(package.rglob("*")):

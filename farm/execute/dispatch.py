@@ -130,7 +130,8 @@ class Dispatch:
         """The actor that had a row is gone or unreachable (its node lost): that row goes elsewhere. An actor
         of the build's own is then killed, so that the pool drops its slots at their next call (an
         unreachable one would otherwise stay in the pool), and a new actor is started in its place (it joins
-        when it answers). Its other slot's row fails the same way and is sent elsewhere without a try."""
+        when it answers). A row in the dead actor's other slot fails too: for a replaced actor it is sent
+        elsewhere without counting a try (`_gone`); an actor that restarts itself charges it one, like this row."""
         key = next((k for k, actor_id in self._running.items() if actor_id == exc.actor_id), None)
         if key is None:
             self._unexplained.append(exc)

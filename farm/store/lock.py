@@ -50,13 +50,17 @@ def _open_lock_file(path: Path) -> int:
     return fd
 
 
-def holder(path: Path) -> str:
-    """Who holds the lock: 'pid N (command)' for a writer; readers (farm check) leave no name."""
+# Said of a holder that left no name: a reader, or a writer between taking the lock and naming itself.
+UNNAMED = "another farm command (a reader such as farm check, or a writer that is starting)"
+
+
+def holder(path: Path) -> str | None:
+    """Who holds the lock: 'pid N (command)' for a writer; None when it left no name (readers never do)."""
     try:
         info = json.loads(path.read_text() or "{}")
         return f"pid {int(info['pid'])} ({info['command']})"
     except (OSError, ValueError, KeyError, TypeError):
-        return "another farm command (a reader such as farm check, or a writer that is starting)"
+        return None
 
 
 def _record_holder(fd: int, command: str) -> None:
@@ -82,14 +86,15 @@ def tree_lock(tree: Path, command: str, *, shared: bool = False, wait_s: float |
                 fcntl.flock(fd, mode | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                who = holder(path)
+                named = holder(path)
+                who = named or UNNAMED
                 if deadline is not None and time.monotonic() >= deadline:
                     raise FarmError(f"{tree} is locked by {who}",
                                     "wait for it to finish, or run again without lock_wait_s= to wait for it"
                                     ) from None
                 # A writer names itself just after it takes the lock: a waiter that looked in between
                 # waits a moment for the name before it says whom it waits for (a reader never names one).
-                if not said and (who.startswith("pid ") or time.monotonic() - began >= NAME_WAIT_S):
+                if not said and (named is not None or time.monotonic() - began >= NAME_WAIT_S):
                     log.warning("waiting for %s: it is locked by %s (lock file %s)", tree, who, path)
                     said = True
                 time.sleep(POLL_S)
