@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import sys
@@ -12,15 +11,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from farm.accept.elfinfo import CodeObject, NotACodeObject, read_code_object
-from farm.accept.verify import describe, problems
+from farm.acceptance import accept, disassemble, elf_of, verifier_files
 from farm.contract import CompileRequest, CompileResult, PhaseJson, TargetFacts
 from farm.core.canonical import sha256_bytes
 from farm.core.errors import FarmError
 from farm.core.private import private_dir
-from farm.plan.code_closure import files_of
 from farm.plan.decide import REVERIFY, Decision, decide, summary_line
-from farm.plan.digest import CompileRecord, code_hashes, farm_hashes, farm_path_ok, inputs_of, one_look
+from farm.plan.digest import CompileRecord, one_look
 from farm.plan.sources import Tree, collect
 from farm.restore.stage import Checks, Outcome, restore
 from farm.store import manifest
@@ -32,8 +29,7 @@ from farm.store.progress import BuildProgress, worker_slots
 from farm.store.report import BuildReport, Conditions, ReportRow, origin_fields, write_build_report
 from farm.table.config import FarmConfig
 from farm.table.rows import Row
-from farm.toolchain import disasm
-from farm.toolchain.compare import differences, require_pin
+from farm.toolchain.compare import require_pin
 from farm.toolchain.installed import compile_part, installed
 
 STDERR_TAIL_LINES = 40
@@ -181,74 +177,6 @@ class DirectoryWriter:
         return gone
 
 
-def accept(cfg: FarmConfig, row: Row, result: CompileResult, compiled: CompileRecord,
-           functions: dict[str, dict[str, int]] | str,
-           ran: frozenset[str] = frozenset()) -> tuple[Entry | None, str | None]:
-    """Check a worker's result; returns (manifest entry, None) or (None, reason it is refused).
-    `compiled` is what the compile consulted and ran; `functions` is the object's disassembly counts
-    (`disassemble`), or why it could not be read. The entry records as verification code every farm file
-    that can run in this acceptance and the disassembly (`verifier_files`), the same set in every build;
-    `ran` (files a caller profiled) is not needed for that and is ignored."""
-    checked = _refusal(cfg, row, result, compiled, functions)
-    if isinstance(checked, str):
-        return None, checked
-    assert not isinstance(functions, str)  # _refusal refuses those
-    return _entry(cfg, row, _elf(result), checked, compiled, functions, code_hashes(verifier_files())), None
-
-
-@functools.cache
-def verifier_files() -> frozenset[str]:
-    """The farm files recorded as a row's verifier: everything that can run when `accept` and `disassemble`
-    run (farm/plan/code_closure.py: their own code, what they name, the modules of their parameters' types,
-    and those modules' import closure). Derived from the code, once per process."""
-    return files_of([accept, disassemble])
-
-
-def _elf(result: CompileResult) -> bytes:
-    assert result.elf is not None  # accepted results have an object (_refusal)
-    return result.elf
-
-
-def _refusal(cfg: FarmConfig, row: Row, result: CompileResult, compiled: CompileRecord,
-             functions: dict[str, dict[str, int]] | str) -> CodeObject | str:
-    """Why the result is not accepted, or the parsed object when it is."""
-    if not result.ok or result.elf is None:
-        return result.error or "compile failed"
-    diff = differences(compile_part(cfg.toolchain_pin), result.toolchain or {})
-    if diff:
-        return f"worker on node {result.node} has a different toolchain: {'; '.join(diff)}"
-    stale = _generator_mismatch(compiled.generator)
-    if stale:
-        return f"worker on node {result.node} runs different farm generator code ({stale})"
-    try:
-        co = read_code_object(result.elf)
-    except NotACodeObject as exc:
-        return f"object is not a code object: {exc}"
-    if isinstance(functions, str):
-        return f"object cannot be disassembled: {functions}"
-    found = problems(co, row, cfg.ops[row.op], cfg.targets[row.target], functions)
-    return "verification failed: " + "; ".join(found) if found else co
-
-
-def _generator_mismatch(generator: dict[str, str | None]) -> str | None:
-    """The first farm file the compile ran whose SHA256 is not this checkout's (or why the record is unusable)."""
-    if not generator:
-        return "it recorded no farm code"
-    bad = sorted(str(rel) for rel in generator if not farm_path_ok(rel))
-    if bad:
-        return f"{bad[0]!r} is not a farm source file"
-    mine = farm_hashes(generator)
-    differ = [rel for rel in sorted(generator) if mine[rel] != generator[rel]]
-    return f"farm/{differ[0]} differs from the driver's" if differ else None
-
-
-def _entry(cfg: FarmConfig, row: Row, elf: bytes, co: CodeObject, compiled: CompileRecord,
-           functions: dict[str, dict[str, int]], verifier: dict[str, str]) -> Entry:
-    inputs = inputs_of(cfg, row, compiled, verifier)
-    return manifest.object_entry(row.to_json(), row.file_name, sha256_bytes(elf), len(elf), inputs,
-                                 describe(co, functions))
-
-
 def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], tree: Tree, writer: DirectoryWriter,
              report_rows: list[ReportRow], failures: list[tuple[Row, str, str]], bar: Any,
              heartbeat: Callable[[], None], cost: DriverCost) -> int:
@@ -266,12 +194,13 @@ def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], tree: Tree, write
             row = rows[result.key]
             if entry is not None:
                 with cost.section("write"):
-                    phases.append(writer.write_object(row, _elf(result), entry))
+                    phases.append(writer.write_object(row, elf_of(result), entry))
                 built += 1
             else:
                 failures.append((row, refused or "", result.stderr))
                 bar.write(f"FAILED {row.key}: {refused}")
-            report_rows.append(_report_row(result, entry is not None, refused, _ray_return(result, held) + phases))
+            taken = pool.taken_unix(result.key) or held
+            report_rows.append(_report_row(result, entry is not None, refused, _ray_return(result, taken) + phases))
             bar.update(1)
         cost.rows += len(batch)
         with cost.section("write", "flush"):
@@ -303,11 +232,12 @@ def _verify_batch(cfg: FarmConfig, rows: dict[str, Row], tree: Tree | dict[str, 
     return out
 
 
-def _ray_return(result: CompileResult, held: float) -> list[PhaseJson]:
-    """From the worker's end of the row until the driver held its result (with its batch's short gather)."""
+def _ray_return(result: CompileResult, taken: float) -> list[PhaseJson]:
+    """From the worker's end of the row until the driver took its result from Ray (the rest of its batch's
+    gather, until the batch's verification starts, is no phase of the row: the row only waits)."""
     if result.finished_unix is None:
         return []
-    waited = max(held - result.finished_unix, 0.0)
+    waited = max(taken - result.finished_unix, 0.0)
     return [PhaseJson(name="ray_return", start_unix=result.finished_unix, seconds=waited)]
 
 
@@ -361,19 +291,6 @@ def _reverify(cfg: FarmConfig, todo: list[Decision], writer: DirectoryWriter, re
     with cost.section("write", "flush"):
         writer.flush()
     return passed
-
-
-def disassemble(cfg: FarmConfig, results: list[tuple[Row, CompileResult]]) -> dict[str, dict | str]:
-    """Disassembly counts of every object in `results`, one disassembler run per target."""
-    by_target: dict[str, list[tuple[Row, bytes]]] = {}
-    for row, result in results:
-        if result.ok and isinstance(result.elf, bytes):
-            by_target.setdefault(row.target, []).append((row, result.elf))
-    counts: dict[str, dict | str] = {}
-    for target, items in by_target.items():
-        found = disasm.count_many(cfg.toolchain_pin.get("disassembler"), target, [elf for _, elf in items])
-        counts.update((row.key, functions) for (row, _), functions in zip(items, found, strict=True))
-    return counts
 
 
 def _tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:

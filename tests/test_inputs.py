@@ -116,7 +116,7 @@ def test_new_farm_worker_module_is_an_input(tmp_path: Path) -> None:
 def test_verifier_change_reverifies_without_recompiling(tmp_path: Path) -> None:
     project = built_copy(tmp_path)
     old = entry(project)
-    verifier = {"accept/verify.py", "accept/elfinfo.py", "toolchain/disasm.py", "build.py"}
+    verifier = {"accept/verify.py", "accept/elfinfo.py", "toolchain/disasm.py", "acceptance.py"}
     assert verifier <= set(old["inputs"]["verifier"])
     assert "accept/verify.py" not in old["inputs"]["generator"]
     stat = (project / OBJECT).stat()

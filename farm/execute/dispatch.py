@@ -67,6 +67,7 @@ class Dispatch:
         self._tries: dict[str, int] = {}
         self._unexplained: list[RayError] = []  # failures the pool could not tie to a row
         self._gone: set[str] = set()  # ids of the build's own actors that failed and were killed
+        self._taken: dict[str, float] = {}  # key -> when the driver took its result from Ray (unix time)
 
     def start(self, actors: list[Actor], timeout_s: float) -> int:
         """Let `actors` join as they answer; wait up to `timeout_s` for all of them. Returns how many joined
@@ -98,6 +99,10 @@ class Dispatch:
             if batch:
                 yield batch
 
+    def taken_unix(self, key: str) -> float | None:
+        """When the driver took `key`'s result from Ray (before its batch's gather ended); None if it never did."""
+        return self._taken.pop(key, None)
+
     # --- inside ------------------------------------------------------------------------------------
 
     def _dispatch(self, slot: Slot, request: CompileRequest) -> Any:
@@ -123,6 +128,7 @@ class Dispatch:
             key = result.key
             self._running.pop(key, None)
             if self._open.pop(key, None) is not None:
+                self._taken[key] = time.time()
                 batch.append(result)
         return True
 
