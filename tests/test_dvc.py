@@ -426,3 +426,21 @@ def test_fix_commands_name_the_remote_unless_it_is_the_default(tmp_path: Path, d
     assert remote_args(load(project, ["remote=local"])) == ["remote=local"]
     assert remote_args(load(project, ["remote=local", "remote.verify=false"])) == ["remote=local",
                                                                                    "remote.verify=false"]
+
+
+def test_opening_the_repository_does_not_walk_the_virtual_environments(tmp_path: Path) -> None:
+    # The remote cache opens the project with DVC, which walks the workspace for .dvc files; a venv is
+    # thousands of directories. The project's .dvcignore keeps the farm's own folders out of that walk.
+    from dvc.repo import Repo
+
+    project = tmp_path / "p"
+    (project / ".dvc").mkdir(parents=True)
+    shutil.copy(REPO / ".dvcignore", project / ".dvcignore")
+    for folder in (".venv/lib", ".venv-s3/lib", ".farm/dvc-remote", "outputs/rmsnorm"):
+        (project / folder).mkdir(parents=True)
+        (project / folder / "x.dvc").write_text("outs: []\n")
+    with Repo(str(project), uninitialized=True) as repo:
+        walked = {Path(root).relative_to(project).as_posix()
+                  for root, _, _ in repo.dvcignore.walk(repo.fs, str(project))}
+    assert not {w for w in walked if w.startswith((".venv", ".farm"))}, sorted(walked)
+    assert "outputs/rmsnorm" in walked  # the published tree itself is still seen
