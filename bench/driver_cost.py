@@ -190,14 +190,14 @@ def main() -> None:
     mean = sum(len(c.result.elf or b"") for c in cases) // len(cases)
     print(f"{len(cases)} real objects from {cfg.outputs_dir}, {mean} B mean; driver CPU ms per row "
           "(process CPU, all threads; disassembler children apart)")
-    print(f"{'batch':>6} {'driver':>8} {'verify':>8} {'write':>8} {'ray':>6} {'other':>6} {'disasm':>8}")
+    print(f"{'batch':>6} {'driver':>8} {'verify':>8} {'write':>8} {'ray':>6} {'threads':>7} {'other':>6} {'disasm':>8}")
     found = {}
     for size in sizes:
         rep = replay(cfg, cases, size, tree)
         per = {k: v * 1000 / rep["rows"] for k, v in rep["breakdown"].items()}
         found[size] = rep
         print(f"{size:>6} {rep['ms_per_row']:>8.2f} {per['verify']:>8.2f} {per['write']:>8.2f} {per['ray']:>6.2f} "
-              f"{per['other']:>6.2f} {rep['disassembler_ms_per_row']:>8.2f}")
+              f"{per['threads']:>7.2f} {per['other']:>6.2f} {rep['disassembler_ms_per_row']:>8.2f}")
     ray_found = {}
     for actors in [int(a) for a in args.ray.split(",") if a]:
         ms, mean = ray_cost(cases, actors, args.ray_results, 0.1)

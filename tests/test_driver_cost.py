@@ -8,6 +8,7 @@ import hashlib
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,20 @@ def test_driver_cost_report_is_consistent() -> None:
     assert found["disassembler_cpu_seconds"] >= 0 and isinstance(found["disassembler_ms_per_row"], float)
     assert [s["name"] for s in cost.spans] == ["disassemble", "flush"]
     assert "ms CPU per row over 4 rows" in cost.line()
+
+
+def test_other_threads_cpu_is_counted_apart_from_the_main_threads_ray_work() -> None:
+    cost = DriverCost()
+    with cost.window():
+        worker = threading.Thread(target=_burn)  # as Ray's core-worker threads run beside the build loop
+        worker.start()
+        worker.join()
+        with cost.section("ray", "ray results"):
+            pass
+    cost.rows = 1
+    found = cost.report()["breakdown"]
+    assert found["threads"] > 0.01 and found["ray"] < found["threads"] / 10
+    assert "Ray's threads" in cost.line()
 
 
 def test_cpu_outside_a_window_is_not_counted() -> None:

@@ -69,7 +69,7 @@ def test_report_has_the_drivers_cost_and_phases_and_the_trace_its_lane(tmp_path:
     driver = report["driver"]
     assert driver["rows"] == 1 and driver["cpu_seconds"] > 0
     assert abs(driver["ms_per_row"] - driver["cpu_seconds"] * 1000 / driver["rows"]) < 1e-2
-    assert set(driver["breakdown"]) == {"verify", "write", "ray", "other"}
+    assert set(driver["breakdown"]) == {"verify", "write", "ray", "threads", "other"}
     assert abs(sum(driver["breakdown"].values()) - driver["cpu_seconds"]) < 1e-4
     assert driver["disassembler_cpu_seconds"] > 0  # the disassembler ran, counted apart
     [row] = report["rows"]
