@@ -1,0 +1,214 @@
+"""How a code object says its kernels are launched: the facts an instruction-level model needs before it runs
+one instruction, all read from the object itself (never assumed about the kernel).
+
+- the code: the `.text` section's bytes and address, and each kernel's entry address (its descriptor's
+  address plus the descriptor's KERNEL_CODE_ENTRY_BYTE_OFFSET);
+- the kernel descriptor (64 bytes in `.rodata` at the `<kernel>.kd` symbol): LDS and kernarg sizes, the
+  SGPRs the hardware initialises (user SGPRs from kernel_code_properties, then the workgroup ids from
+  COMPUTE_PGM_RSRC2), the VGPR work-item ids, wave32, and the float modes (round, denormals) from
+  COMPUTE_PGM_RSRC1;
+- the metadata note: the kernel arguments (offset, size, kind) and the required workgroup size.
+
+The layout is the one the LLVM AMDGPU backend documents for code object v4 and later ("Kernel Descriptor",
+"Initial Kernel Execution State").
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
+
+from farm.accept.elfinfo import CodeObject, read_code_object
+
+DESCRIPTOR_BYTES = 64
+SHF_ALLOC = 0x2  # a section that is part of the loaded image
+
+
+class NotLaunchable(ValueError):
+    """The object does not describe a kernel the model can set up (named in the message)."""
+
+
+@dataclass(frozen=True)
+class Argument:
+    """One kernel argument from the metadata note (`.args`)."""
+
+    name: str
+    offset: int
+    size: int
+    kind: str  # .value_kind: global_buffer, by_value, ...
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """The fields of a kernel descriptor that decide a wave's initial state."""
+
+    group_segment_bytes: int  # LDS the kernel uses (static)
+    private_segment_bytes: int  # scratch per work-item
+    kernarg_bytes: int
+    entry_offset: int  # from the descriptor's own address to the first instruction
+    rsrc1: int
+    rsrc2: int
+    rsrc3: int
+    code_properties: int
+
+    # kernel_code_properties: which user SGPRs the hardware sets up, in this order.
+    USER_SGPRS = (("private_segment_buffer", 0, 4), ("dispatch_ptr", 1, 2), ("queue_ptr", 2, 2),
+                  ("kernarg_segment_ptr", 3, 2), ("dispatch_id", 4, 2), ("flat_scratch_init", 5, 2),
+                  ("private_segment_size", 6, 1))
+
+    @classmethod
+    def parse(cls, raw: bytes) -> Descriptor:
+        if len(raw) != DESCRIPTOR_BYTES:
+            raise NotLaunchable(f"a kernel descriptor is {DESCRIPTOR_BYTES} bytes, this one {len(raw)}")
+        group, private, kernarg = struct.unpack_from("<III", raw, 0)
+        (entry,) = struct.unpack_from("<q", raw, 16)
+        rsrc3, rsrc1, rsrc2 = struct.unpack_from("<III", raw, 44)
+        (properties,) = struct.unpack_from("<H", raw, 56)
+        return cls(group, private, kernarg, entry, rsrc1, rsrc2, rsrc3, properties)
+
+    def user_sgprs(self) -> list[tuple[str, int]]:
+        """(name, first SGPR) of each enabled user SGPR value, packed from s0 up."""
+        placed, at = [], 0
+        for name, bit, count in self.USER_SGPRS:
+            if self.code_properties >> bit & 1:
+                placed.append((name, at))
+                at += count
+        return placed
+
+    @property
+    def user_sgpr_count(self) -> int:
+        """COMPUTE_PGM_RSRC2.USER_SGPR_COUNT: where the system SGPRs (workgroup ids) start. It can exceed what
+        the enabled user values fill (the backend reserves SGPRs for preloading), so it is read, not derived."""
+        return self.rsrc2 >> 1 & 0x1F
+
+    @property
+    def workgroup_id_sgprs(self) -> dict[str, int]:
+        """The SGPR of each enabled workgroup id (x, y, z), after the user SGPRs."""
+        found, at = {}, self.user_sgpr_count
+        for axis, bit in (("x", 7), ("y", 8), ("z", 9)):
+            if self.rsrc2 >> bit & 1:
+                found[axis] = at
+                at += 1
+        return found
+
+    @property
+    def workitem_id_vgprs(self) -> int:
+        """COMPUTE_PGM_RSRC2.ENABLE_VGPR_WORKITEM_ID: 0 (x only), 1 (x, y), 2 (x, y, z)."""
+        return self.rsrc2 >> 11 & 0x3
+
+    @property
+    def scratch_enabled(self) -> bool:
+        return bool(self.rsrc2 & 1)
+
+    @property
+    def wave32(self) -> bool:
+        return bool(self.code_properties >> 10 & 1)
+
+    @property
+    def round_mode_32(self) -> int:
+        """COMPUTE_PGM_RSRC1.FLOAT_ROUND_MODE_32: 0 is round to nearest even."""
+        return self.rsrc1 >> 12 & 0x3
+
+    @property
+    def round_mode_16_64(self) -> int:
+        return self.rsrc1 >> 14 & 0x3
+
+    @property
+    def denorm_mode_32(self) -> int:
+        """COMPUTE_PGM_RSRC1.FLOAT_DENORM_MODE_32: 3 keeps input and output denormals, 0 flushes both."""
+        return self.rsrc1 >> 16 & 0x3
+
+    @property
+    def denorm_mode_16_64(self) -> int:
+        return self.rsrc1 >> 18 & 0x3
+
+    @property
+    def ieee_mode(self) -> bool:
+        return bool(self.rsrc1 >> 23 & 1)
+
+    @property
+    def dx10_clamp(self) -> bool:
+        return bool(self.rsrc1 >> 21 & 1)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel of a code object, as a launch needs it."""
+
+    name: str
+    entry: int  # address of its first instruction
+    descriptor: Descriptor
+    arguments: tuple[Argument, ...]
+    workgroup_size: tuple[int, int, int] | None  # .reqd_workgroup_size, when the kernel requires one
+    wavefront_size: int
+
+
+@dataclass(frozen=True)
+class Program:
+    """A code object's instructions and kernels: `text` is loaded at `text_address`."""
+
+    target: str  # amdhsa.target, e.g. amdgcn-amd-amdhsa--gfx11-generic
+    text: bytes
+    text_address: int
+    kernels: dict[str, Kernel]
+
+    def code_at(self, address: int, length: int) -> bytes:
+        """`length` bytes of code from `address`; outside `.text` is an error naming the address."""
+        start = address - self.text_address
+        if start < 0 or start + length > len(self.text):
+            raise NotLaunchable(f"address {address:#x} is outside .text ({self.text_address:#x}.."
+                                f"{self.text_address + len(self.text):#x})")
+        return self.text[start:start + length]
+
+
+def load(data: bytes) -> Program:
+    """The program of a code object (raises NotLaunchable, naming what is missing)."""
+    info = read_code_object(data)
+    elf = ELFFile(io.BytesIO(data))
+    text = elf.get_section_by_name(".text")
+    if text is None:
+        raise NotLaunchable("the object has no .text section")
+    symbols = _symbols(elf)
+    kernels = {}
+    for meta in info.kernels:
+        kernel = _kernel(elf, info, meta, symbols)
+        kernels[kernel.name] = kernel
+    if not kernels:
+        raise NotLaunchable("the object's metadata lists no kernel")
+    return Program(info.amdhsa_target, text.data(), text["sh_addr"], kernels)
+
+
+def _symbols(elf: ELFFile) -> dict[str, int]:
+    table = elf.get_section_by_name(".symtab") or elf.get_section_by_name(".dynsym")
+    if not isinstance(table, SymbolTableSection):
+        raise NotLaunchable("the object has no symbol table")
+    return {symbol.name: symbol["st_value"] for symbol in table.iter_symbols() if symbol.name}
+
+
+def _kernel(elf: ELFFile, info: CodeObject, meta: dict, symbols: dict[str, int]) -> Kernel:
+    name = str(meta.get(".name", ""))
+    kd_name = str(meta.get(".symbol", f"{name}.kd"))
+    if kd_name not in symbols:
+        raise NotLaunchable(f"kernel {name!r}: no symbol {kd_name!r} for its descriptor")
+    kd_address = symbols[kd_name]
+    descriptor = Descriptor.parse(_bytes_at(elf, kd_address, DESCRIPTOR_BYTES))
+    arguments = tuple(Argument(str(a.get(".name", f"arg{i}")), int(a[".offset"]), int(a[".size"]),
+                               str(a.get(".value_kind", ""))) for i, a in enumerate(meta.get(".args", [])))
+    required = meta.get(".reqd_workgroup_size")
+    size = (int(required[0]), int(required[1]), int(required[2])) if required else None
+    return Kernel(name, kd_address + descriptor.entry_offset, descriptor, arguments, size,
+                  int(meta.get(".wavefront_size", 64)))
+
+
+def _bytes_at(elf: ELFFile, address: int, length: int) -> bytes:
+    """`length` bytes at virtual `address`, from the section that holds them."""
+    for section in elf.iter_sections():
+        start = section["sh_addr"]
+        loaded = section["sh_flags"] & SHF_ALLOC and section["sh_type"] != "SHT_NOBITS"
+        if loaded and start <= address and address + length <= start + section["sh_size"]:
+            return section.data()[address - start:address - start + length]
+    raise NotLaunchable(f"no section holds the {length} bytes at {address:#x}")
