@@ -1,0 +1,63 @@
+"""farm/emulate/decode.py: every instruction of the built RDNA3 objects decodes to the mnemonic, address and
+size LLVM's own disassembler gives, and an opcode the model does not know stops decoding by name."""
+
+from __future__ import annotations
+
+import re
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from farm.emulate.decode import Undecodable, decode, decode_all
+from farm.emulate.launch import load
+from farm.table.config import load as load_config
+from farm.toolchain.disasm import binary
+
+SUFFIX = re.compile(r"_(e32|e64|dpp)$")
+
+
+def _llvm_listing(path: Path) -> list[tuple[int, str, str | None]]:
+    """(address, mnemonic without encoding suffix, VOPD's second mnemonic) per instruction, from llvm-objdump."""
+    objdump = str(binary(load_config(REPO, []).toolchain_pin.get("disassembler")))
+    text = subprocess.run([objdump, "-d", "--mcpu=gfx11-generic", str(path)], capture_output=True, text=True,
+                          check=True).stdout
+    out = []
+    for line in text.splitlines():
+        m = re.match(r"^\t(\S+)\s.*// ([0-9A-F]+):", line)
+        if m:
+            second = re.search(r":: (\S+)", line)
+            out.append((int(m.group(2), 16), SUFFIX.sub("", m.group(1)), second.group(1) if second else None))
+    return out
+
+
+def test_every_instruction_decodes_as_llvm_disassembles_it(built: Path) -> None:
+    objects = sorted((built / "outputs" / "rmsnorm" / "gfx11-generic").glob("*.hsaco"))
+    assert objects
+    for path in objects:
+        program = load(path.read_bytes())
+        ours = [(i.address, i.name, i.name_y) for i in decode_all(program.text, program.text_address)]
+        llvm = [entry for entry in _llvm_listing(path) if entry[0] <= ours[-1][0]]  # up to s_code_end
+        assert ours == llvm, path.name
+        assert ours[-1][1] == "s_code_end"
+
+
+def test_literals_and_dpp_controls_are_part_of_the_instruction() -> None:
+    # Encodings as llvm-mc-22 -mcpu=gfx1100 gives them: v_add_f32_e32 v0, 0x40490fdb, v1 (a literal follows);
+    # v_add_f32_dpp v0, v1, v2 quad_perm:[1,0,3,2] row_mask:0xf bank_mask:0xf (a DPP16 control follows)
+    with_literal = struct.pack("<II", 0x060002FF, 0x40490FDB)
+    inst = decode(with_literal, 0x100)
+    assert (inst.name, inst.size, inst.literal) == ("v_add_f32", 8, 0x40490FDB)
+    with_dpp = struct.pack("<II", 0x060004FA, 0xFF00B101)
+    inst = decode(with_dpp, 0x100)
+    assert (inst.name, inst.size, inst.dpp, inst.literal) == ("v_add_f32", 8, 0xFF00B101, None)
+
+
+def test_an_unknown_opcode_stops_with_its_encoding_and_address() -> None:
+    v_max_f32 = struct.pack("<I", 0x20000501)  # VOP2 opcode 16, not implemented
+    with pytest.raises(Undecodable, match=r"VOP2 opcode 16 at 0x200"):
+        decode(v_max_f32, 0x200)
+    with pytest.raises(Undecodable, match="ends inside"):
+        decode(struct.pack("<I", 0xF4080500), 0x300)  # the first half of an 8-byte s_load
