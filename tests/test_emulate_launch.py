@@ -96,6 +96,12 @@ def test_a_hand_made_descriptor_decodes_field_by_field() -> None:
     assert d.user_sgpr_count == 6 and d.workgroup_id_sgprs == {"x": 6, "z": 7} and d.workitem_id_vgprs == 2
 
 
-def test_what_is_not_a_launchable_object_is_named() -> None:
+def test_what_is_not_a_launchable_object_is_named(rdna3_objects: list[Path]) -> None:
     with pytest.raises(NotLaunchable, match="64 bytes"):
         Descriptor.parse(bytes(10))
+    with pytest.raises(NotLaunchable, match="not a readable code object"):
+        load(b"\x7fELF" + bytes(60))
+    data = bytearray(rdna3_objects[0].read_bytes())
+    data[0x28:0x30] = struct.pack("<Q", len(data) + 4096)  # e_shoff: the section headers lie past the end
+    with pytest.raises(NotLaunchable):
+        load(bytes(data))

@@ -18,11 +18,13 @@ from __future__ import annotations
 import io
 import struct
 from dataclasses import dataclass
+from typing import Any
 
+from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
-from farm.accept.elfinfo import CodeObject, read_code_object
+from farm.accept.elfinfo import NotACodeObject, read_code_object
 
 DESCRIPTOR_BYTES = 64
 SHF_ALLOC = 0x2  # a section that is part of the loaded image
@@ -166,7 +168,14 @@ class Program:
 
 
 def load(data: bytes) -> Program:
-    """The program of a code object (raises NotLaunchable, naming what is missing)."""
+    """The program of a code object (raises NotLaunchable, naming what is missing or unreadable)."""
+    try:
+        return _load(data)
+    except (NotACodeObject, ELFError, struct.error) as exc:  # a damaged object is data, never a crash
+        raise NotLaunchable(f"not a readable code object: {exc}") from None
+
+
+def _load(data: bytes) -> Program:
     info = read_code_object(data)
     elf = ELFFile(io.BytesIO(data))
     text = elf.get_section_by_name(".text")
@@ -175,7 +184,7 @@ def load(data: bytes) -> Program:
     symbols = _symbols(elf)
     kernels = {}
     for meta in info.kernels:
-        kernel = _kernel(elf, info, meta, symbols)
+        kernel = _kernel(elf, meta, symbols)
         kernels[kernel.name] = kernel
     if not kernels:
         raise NotLaunchable("the object's metadata lists no kernel")
@@ -189,7 +198,8 @@ def _symbols(elf: ELFFile) -> dict[str, int]:
     return {symbol.name: symbol["st_value"] for symbol in table.iter_symbols() if symbol.name}
 
 
-def _kernel(elf: ELFFile, info: CodeObject, meta: dict, symbols: dict[str, int]) -> Kernel:
+def _kernel(elf: ELFFile, meta: dict[str, Any], symbols: dict[str, int]) -> Kernel:
+    """One kernel from its metadata entry (`meta`), its descriptor found through the symbol table."""
     name = str(meta.get(".name", ""))
     kd_name = str(meta.get(".symbol", f"{name}.kd"))
     if kd_name not in symbols:
