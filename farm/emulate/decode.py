@@ -74,7 +74,7 @@ class Instruction:
         return 4 * len(self.words)
 
 
-def decode(code: bytes, address: int) -> Instruction:
+def decode(code: bytes | memoryview, address: int) -> Instruction:
     """The instruction at the start of `code` (which is loaded at `address`)."""
     if len(code) < 4:
         raise Undecodable(f"code ends inside the instruction at {address:#x}")
@@ -83,8 +83,8 @@ def decode(code: bytes, address: int) -> Instruction:
     table = _TABLES[encoding]
     words = list(struct.unpack_from(f"<{base_words}I", _need(code, 4 * base_words, address)))
     name_y = None
-    if encoding == "VOPD":
-        opcode, y = first >> 22 & 0xF, first >> 17 & 0x1F
+    if encoding == "VOPD":  # `opcode` is X's; Y's has a field of its own
+        y = first >> 17 & 0x1F
         name_y = VOPD_Y.get(y)
         if name_y is None:
             raise Undecodable(f"VOPD Y opcode {y} at {address:#x} is not implemented")
@@ -108,8 +108,9 @@ def decode(code: bytes, address: int) -> Instruction:
 def decode_all(code: bytes, address: int, end_at_code_end: bool = True) -> list[Instruction]:
     """Every instruction from `address` on; stops after s_code_end (padding follows it) or at the end."""
     out, offset = [], 0
+    view = memoryview(code)  # slices of it share the bytes: no copy of the rest per instruction
     while offset < len(code):
-        inst = decode(code[offset:], address + offset)
+        inst = decode(view[offset:], address + offset)
         out.append(inst)
         offset += inst.size
         if end_at_code_end and inst.name == "s_code_end":
@@ -117,7 +118,7 @@ def decode_all(code: bytes, address: int, end_at_code_end: bool = True) -> list[
     return out
 
 
-def _need(code: bytes, length: int, address: int) -> bytes:
+def _need(code: bytes | memoryview, length: int, address: int) -> bytes | memoryview:
     if len(code) < length:
         raise Undecodable(f"code ends inside the instruction at {address:#x}")
     return code
