@@ -7,6 +7,7 @@ import io
 import logging
 import os
 import re
+import select
 import time
 from importlib.metadata import version
 from pathlib import Path
@@ -226,13 +227,25 @@ def test_terminal_bar_shows_the_rows_in_flight(caplog: pytest.LogCaptureFixture)
                 next(progress.watch(FakePool([["r1"]])).completed_batches())
                 progress.update(1)
             tty.flush()
-            shown = os.read(leader, 65536).decode()  # the bar as it closed
+            shown = read_pending(leader)  # the bar as it closed
     finally:
         os.close(leader)
         os.close(follower)
     assert "compiling" in shown and "1/3" in shown
     assert "2 in flight, oldest r2 7 s" in shown, shown
     assert not [r for r in caplog.records if r.getMessage().startswith("progress:")]  # the bar, not lines
+
+
+def read_pending(fd: int) -> str:
+    """Everything written so far to a pty: one read may return only the first chunk, because the kernel
+    hands pty output to the reader in pieces (a single read failed this test once on a busy CI machine)."""
+    chunks = []
+    while select.select([fd], [], [], 0.5)[0]:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks).decode()
 
 
 def test_progress_interval_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
