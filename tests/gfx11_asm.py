@@ -1,0 +1,35 @@
+"""Small gfx11 programs assembled by LLVM's own assembler (llvm-mc, beside the pinned llvm-objdump), for the
+emulator's unit tests: the bytes come from LLVM, never from the model under test."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+from functools import cache
+from pathlib import Path
+
+from conftest import REPO
+from elftools.elf.elffile import ELFFile
+
+from farm.emulate.decode import Instruction, decode_all
+from farm.table.config import load as load_config
+from farm.toolchain.disasm import binary
+
+
+@cache
+def assembler() -> Path:
+    """llvm-mc of the same LLVM install as the pinned disassembler (the `llvm-22` package setup.sh installs)."""
+    objdump = binary(load_config(REPO, []).toolchain_pin.get("disassembler"))
+    return objdump.with_name(objdump.name.replace("objdump", "mc"))
+
+
+def assemble(source: str) -> bytes:
+    """The .text bytes of `source` (one instruction per line) assembled for gfx1100."""
+    proc = subprocess.run([str(assembler()), "-arch=amdgcn", "-mcpu=gfx1100", "-filetype=obj", "-o", "-"],
+                          input=source.encode(), capture_output=True, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return ELFFile(io.BytesIO(proc.stdout)).get_section_by_name(".text").data()
+
+
+def instructions(source: str) -> list[Instruction]:
+    return decode_all(assemble(source), 0, end_at_code_end=False)
