@@ -8,10 +8,13 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 from conftest import REPO
 from elftools.elf.elffile import ELFFile
 
 from farm.emulate.decode import Instruction, decode_all
+from farm.emulate.step import run_program
+from farm.emulate.wave import Wave
 from farm.table.config import load as load_config
 from farm.toolchain.disasm import binary
 
@@ -33,3 +36,19 @@ def assemble(source: str) -> bytes:
 
 def instructions(source: str) -> list[Instruction]:
     return decode_all(assemble(source), 0, end_at_code_end=False)
+
+
+def run(source: str, sgpr: dict[int, int] | None = None, vgpr: dict[int, list[int] | int] | None = None,
+        exec_mask: int = 0xFFFFFFFF, scc: bool = False) -> Wave:
+    """`source` assembled and run on a fresh wave with the given registers (a VGPR: one value per lane or one
+    for all lanes)."""
+    wave = Wave()
+    wave.sgpr[126] = exec_mask
+    wave.scc = scc
+    for reg, value in (sgpr or {}).items():
+        wave.sgpr[reg] = value & 0xFFFFFFFF
+    for reg, values in (vgpr or {}).items():
+        wave.vgpr[reg] = np.array(values, dtype=np.uint64).astype(np.uint32) if isinstance(values, list) \
+            else values & 0xFFFFFFFF
+    run_program(wave, instructions(source + "\ns_endpgm"))
+    return wave

@@ -1,0 +1,304 @@
+"""Vector ALU instructions (VOP1, VOP2, VOPC, VOP3, VOP3P, VOPD) on a wave's 32 lanes, from the RDNA3 ISA
+guide's descriptions: operands are read (with DPP16 lane selection and VOP3's abs/neg), the operation runs
+on all lanes at once, and the result is written to the lanes EXEC (and DPP) enable.
+
+Not modelled, and stopping the run when met: VOP3's clamp and output multiplier, DPP8, and any opcode not
+listed here. v_rcp_f32 and v_sqrt_f32 are documented to 1 ULP; the model returns the correctly rounded
+value, which is within that bound but may differ from the hardware's last bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from farm.emulate.decode import Instruction
+from farm.emulate.fields import VGPR_BASE, Fields
+from farm.emulate.floats import U32, as_f32, bits_of, f16_to_f32, f32_to_f16, fma_odd, modify_f32
+from farm.emulate.wave import EXEC_LO, LANES, VCC_LO, Unsupported, Wave, dpp_lanes
+
+HALF_HIGH = 0x80  # a 16-bit VGPR operand of a 32-bit-encoded instruction: bit 7 of the register number is .h
+
+
+@dataclass(frozen=True)
+class Op:
+    """How an operation reads and writes: `fn` maps source lane arrays to a result lane array (uint32 bits)."""
+
+    fn: Callable[..., U32]
+    sources: int
+    float_sources: bool = False  # abs/neg apply (binary32)
+    half_sources: tuple[bool, ...] = ()  # per source: a 16-bit operand
+    half_result: bool = False
+    accumulates: bool = False  # v_fmac: the destination is also the addend
+
+
+def _f(fn: Callable[..., np.ndarray]) -> Callable[..., U32]:
+    """A binary32 operation on bit patterns."""
+    def run(*args: U32) -> U32:
+        with np.errstate(all="ignore"):
+            return bits_of(fn(*(as_f32(a) for a in args)))
+    return run
+
+
+def _shift(a: U32) -> U32:
+    return a & np.uint32(31)
+
+
+def _sqrt(a: np.ndarray) -> np.ndarray:
+    return np.sqrt(a)
+
+
+def _cvt_f32_i32(a: U32) -> U32:
+    return bits_of(a.view(np.int32).astype(np.float32))
+
+
+def _fma(a: U32, b: U32, c: U32) -> U32:
+    return bits_of(fma_odd(as_f32(a), as_f32(b), as_f32(c)).astype(np.float32))
+
+
+def _bfe_u32(a: U32, b: U32, c: U32) -> U32:
+    width = (c & np.uint32(31)).astype(np.uint64)
+    return ((a >> _shift(b)).astype(np.uint64) & ((np.uint64(1) << width) - np.uint64(1))).astype(np.uint32)
+
+
+ARITH: dict[str, Op] = {
+    "v_mov_b32": Op(lambda a: a, 1),
+    "v_add_f32": Op(_f(lambda a, b: a + b), 2, True),
+    "v_sub_f32": Op(_f(lambda a, b: a - b), 2, True),
+    "v_mul_f32": Op(_f(lambda a, b: a * b), 2, True),
+    "v_fmac_f32": Op(_fma, 3, True, accumulates=True),
+    "v_fma_f32": Op(_fma, 3, True),
+    "v_rcp_f32": Op(_f(lambda a: np.float32(1) / a), 1, True),
+    "v_sqrt_f32": Op(_f(_sqrt), 1, True),
+    "v_cvt_f32_i32": Op(_cvt_f32_i32, 1),
+    "v_cvt_f16_f32": Op(lambda a: f32_to_f16(as_f32(a)), 1, True, half_result=True),
+    "v_cvt_f32_f16": Op(lambda a: bits_of(f16_to_f32(a)), 1, half_sources=(True,)),
+    "v_mov_b16": Op(lambda a: a & np.uint32(0xFFFF), 1, half_sources=(True,), half_result=True),
+    "v_lshlrev_b32": Op(lambda a, b: b << _shift(a), 2),
+    "v_lshrrev_b32": Op(lambda a, b: b >> _shift(a), 2),
+    "v_and_b32": Op(lambda a, b: a & b, 2),
+    "v_or_b32": Op(lambda a, b: a | b, 2),
+    "v_add_nc_u32": Op(lambda a, b: a + b, 2),
+    "v_bfe_u32": Op(_bfe_u32, 3),
+    "v_lshl_add_u32": Op(lambda a, b, c: (a << _shift(b)) + c, 3),
+    "v_add_lshl_u32": Op(lambda a, b, c: (a + b) << _shift(c), 3),
+    "v_add3_u32": Op(lambda a, b, c: a + b + c, 3),
+    "v_lshl_or_b32": Op(lambda a, b, c: (a << _shift(b)) | c, 3),
+}
+
+
+def _class(a: U32, b: U32) -> np.ndarray:
+    """v_cmp_class_f32: is src0 in any class src1's bits name (0 signalling NaN, 1 quiet NaN, 2 -inf,
+    3 -normal, 4 -denormal, 5 -0, 6 +0, 7 +denormal, 8 +normal, 9 +inf)."""
+    exponent, mantissa, negative = a >> 23 & 0xFF, a & 0x7FFFFF, (a >> 31).astype(bool)
+    nan = (exponent == 0xFF) & (mantissa != 0)
+    kinds = [nan & (mantissa >> 22 == 0), nan & (mantissa >> 22 == 1),
+             negative & (exponent == 0xFF) & (mantissa == 0), negative & (exponent > 0) & (exponent < 0xFF),
+             negative & (exponent == 0) & (mantissa != 0), negative & (a == 0x80000000),
+             a == 0, ~negative & (exponent == 0) & (mantissa != 0),
+             ~negative & (exponent > 0) & (exponent < 0xFF), ~negative & (exponent == 0xFF) & (mantissa == 0)]
+    return np.any([kind & (b >> bit & 1).astype(bool) for bit, kind in enumerate(kinds)], axis=0)
+
+
+def _fcmp(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable[[U32, U32], np.ndarray]:
+    def run(a: U32, b: U32) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return fn(as_f32(a), as_f32(b))
+    return run
+
+
+COMPARES: dict[str, tuple[Callable[[U32, U32], np.ndarray], bool]] = {  # (test, float operands)
+    "v_cmp_lt_f32": (_fcmp(np.less), True),
+    "v_cmp_gt_f32": (_fcmp(np.greater), True),
+    "v_cmp_ge_f32": (_fcmp(np.greater_equal), True),
+    "v_cmp_u_f32": (_fcmp(lambda a, b: np.isnan(a) | np.isnan(b)), True),
+    "v_cmp_le_i32": (lambda a, b: a.view(np.int32) <= b.view(np.int32), False),
+    "v_cmp_eq_u32": (lambda a, b: a == b, False),
+    "v_cmpx_eq_u32": (lambda a, b: a == b, False),
+    "v_cmp_class_f32": (_class, False),
+}
+
+DUAL: dict[str, str] = {"v_dual_fmac_f32": "v_fmac_f32", "v_dual_mul_f32": "v_mul_f32",
+                        "v_dual_add_f32": "v_add_f32", "v_dual_sub_f32": "v_sub_f32",
+                        "v_dual_mov_b32": "v_mov_b32", "v_dual_add_nc_u32": "v_add_nc_u32",
+                        "v_dual_lshlrev_b32": "v_lshlrev_b32", "v_dual_and_b32": "v_and_b32"}
+
+
+def run_vector(wave: Wave, inst: Instruction, f: Fields) -> None:
+    if inst.encoding in ("VOP3", "VOP3P") and (f.clamp or (inst.encoding == "VOP3" and f.omod)):
+        raise Unsupported(f"{inst.name} at {inst.address:#x} with clamp or an output modifier")
+    name = inst.name
+    if inst.encoding == "VOPD":
+        _dual(wave, inst, f)
+    elif name in COMPARES:
+        _compare(wave, inst, f)
+    elif name == "v_cndmask_b32":
+        _cndmask(wave, inst, f)
+    elif name == "v_readfirstlane_b32":
+        active = np.flatnonzero(wave.exec_mask)
+        wave.write_scalar(f.dst, int(wave.vector(f.src[0], inst.literal)[active[0] if len(active) else 0]))
+    elif name == "v_permlanex16_b32":
+        _permlanex16(wave, inst, f)
+    elif name in ("v_fma_mix_f32", "v_fma_mixlo_f16", "v_fma_mixhi_f16"):
+        _fma_mix(wave, inst, f)
+    elif name in ARITH:
+        _arith(wave, inst, f, ARITH[name])
+    else:
+        raise Unsupported(f"{name} at {inst.address:#x} is not implemented")
+
+
+# -- operands ------------------------------------------------------------------------------------------------
+
+def _read(wave: Wave, inst: Instruction, f: Fields, index: int, half: bool, is_float: bool,
+          ) -> tuple[U32, np.ndarray]:
+    """Source `index` for every lane, modifiers applied, and the lanes whose read was valid (DPP)."""
+    valid = np.ones(LANES, bool)
+    code = f.src[index]
+    abs_ = neg = False
+    if inst.dpp is not None and index == 0:
+        values, valid = _dpp_source(wave, inst.dpp)
+        abs_, neg = bool(inst.dpp >> 21 & 1), bool(inst.dpp >> 20 & 1)
+    elif inst.dpp is not None and index == 1:
+        values = wave.vector(code, inst.literal)
+        abs_, neg = bool(inst.dpp >> 23 & 1), bool(inst.dpp >> 22 & 1)
+    elif half and inst.encoding in ("VOP1", "VOP2", "VOPC") and code >= VGPR_BASE:
+        reg = code - VGPR_BASE
+        values = wave.vector(VGPR_BASE + (reg & ~HALF_HIGH), None) >> (16 if reg & HALF_HIGH else 0)
+    else:
+        values = wave.vector(code, inst.literal, half)
+        if inst.encoding == "VOP3":
+            abs_, neg = bool(f.abs >> index & 1), bool(f.neg >> index & 1)
+            if half and f.opsel >> index & 1:
+                values = values >> 16
+    if half:
+        values = values & np.uint32(0xFFFF)
+        if abs_ or neg:
+            raise Unsupported(f"{inst.name} at {inst.address:#x}: abs/neg on a 16-bit operand")
+    elif abs_ or neg:
+        if not is_float:
+            raise Unsupported(f"{inst.name} at {inst.address:#x}: abs/neg on an integer operand")
+        values = modify_f32(values, abs_, neg)
+    return values, valid
+
+
+def _dpp_source(wave: Wave, control_word: int) -> tuple[U32, np.ndarray]:
+    """DPP16's src0: each lane's chosen lane of the VGPR; a lane reading outside its row, or (without
+    fetch-inactive) from a lane EXEC disables, reads 0 under bound_ctrl and is otherwise not written."""
+    lanes, inside = dpp_lanes(control_word >> 8 & 0x1FF)
+    fetch_inactive, bound_zero = bool(control_word >> 18 & 1), bool(control_word >> 19 & 1)
+    values = wave.vgpr[control_word & 0xFF][lanes].copy()
+    valid = inside & (wave.exec_mask[lanes] | fetch_inactive)
+    if bound_zero:
+        values = np.where(valid, values, np.uint32(0)).astype(np.uint32)
+        return values, np.ones(LANES, bool)
+    return values, valid
+
+
+def _write_mask(wave: Wave, inst: Instruction, valid: np.ndarray) -> np.ndarray:
+    mask = wave.exec_mask & valid
+    if inst.dpp is not None:  # rows and banks (groups of 4 lanes in a row) the DPP masks leave out
+        lane = np.arange(LANES)
+        row_mask, bank_mask = inst.dpp >> 28 & 0xF, inst.dpp >> 24 & 0xF
+        mask &= ((row_mask >> (lane // 16)) & 1).astype(bool) & ((bank_mask >> (lane // 4 % 4)) & 1).astype(bool)
+    return mask
+
+
+def _write(wave: Wave, inst: Instruction, f: Fields, result: U32, mask: np.ndarray, half: bool) -> None:
+    reg = f.dst
+    if half:
+        high = bool(reg & HALF_HIGH) if inst.encoding == "VOP1" else bool(f.opsel >> 3 & 1)
+        reg = reg & ~HALF_HIGH if inst.encoding == "VOP1" else reg
+        old = wave.vgpr[reg]
+        result = result & np.uint32(0xFFFF)
+        result = (old & np.uint32(0xFFFF)) | (result << 16) if high else (old & np.uint32(0xFFFF0000)) | result
+    wave.write_vgpr(reg, result.astype(np.uint32), mask)
+
+
+# -- operation kinds -----------------------------------------------------------------------------------------
+
+def _arith(wave: Wave, inst: Instruction, f: Fields, op: Op) -> None:
+    count = op.sources - op.accumulates  # v_fmac's addend is its destination, in every encoding
+    halves = op.half_sources or (False,) * count
+    read = [_read(wave, inst, f, i, halves[i] if i < len(halves) else False, op.float_sources)
+            for i in range(count)]
+    sources = [values for values, _ in read]
+    if op.accumulates:
+        sources.append(wave.vgpr[f.dst].copy())
+    result = op.fn(*sources).astype(np.uint32)
+    _write(wave, inst, f, result, _write_mask(wave, inst, read[0][1]), op.half_result)
+
+
+def _compare(wave: Wave, inst: Instruction, f: Fields) -> None:
+    test, is_float = COMPARES[inst.name]
+    (a, valid), (b, _) = (_read(wave, inst, f, i, False, is_float) for i in range(2))
+    lanes = test(a, b) & wave.exec_mask & valid
+    bits = wave.bits_of(lanes)
+    if inst.name.startswith("v_cmpx"):
+        wave.sgpr[EXEC_LO] = bits
+    else:
+        wave.write_scalar(f.sdst if inst.encoding == "VOP3" else VCC_LO, bits)
+
+
+def _cndmask(wave: Wave, inst: Instruction, f: Fields) -> None:
+    (a, valid), (b, _) = (_read(wave, inst, f, i, False, True) for i in range(2))
+    select = wave.scalar(f.src[2], inst.literal) if inst.encoding == "VOP3" else int(wave.sgpr[VCC_LO])
+    result = np.where(wave.mask_of(select), b, a).astype(np.uint32)
+    _write(wave, inst, f, result, _write_mask(wave, inst, valid), False)
+
+
+def _permlanex16(wave: Wave, inst: Instruction, f: Fields) -> None:
+    """Each lane reads the lane of the other 16-lane half that src1 (lanes 0-7) and src2 (lanes 8-15) name,
+    four bits per lane. op_sel[0] is fetch-inactive, op_sel[1] bound_ctrl."""
+    select = wave.scalar(f.src[1], inst.literal) | wave.scalar(f.src[2], inst.literal) << 32
+    lane = np.arange(LANES)
+    picks = np.array([select >> 4 * i & 0xF for i in range(16)])
+    sources = ((lane & 16) ^ 16) + picks[lane & 15]
+    values = wave.vector(f.src[0], inst.literal)[sources]
+    fetch_inactive, bound_zero = bool(f.opsel & 1), bool(f.opsel >> 1 & 1)
+    valid = wave.exec_mask[sources] | fetch_inactive
+    if bound_zero:
+        values, valid = np.where(valid, values, np.uint32(0)).astype(np.uint32), np.ones(LANES, bool)
+    wave.write_vgpr(f.dst, values, wave.exec_mask & valid)
+
+
+def _fma_mix(wave: Wave, inst: Instruction, f: Fields) -> None:
+    """v_fma_mix*: each source is binary32, or (op_sel_hi set) the binary16 half op_sel picks, widened;
+    neg_hi is the absolute-value modifier here. One rounding: to binary32, or to binary16 for mixlo/mixhi."""
+    sources = []
+    for i in range(3):
+        raw = wave.vector(f.src[i], inst.literal, half=bool(f.opsel_hi >> i & 1))
+        if f.opsel_hi >> i & 1:
+            value = f16_to_f32(raw >> 16 if f.opsel >> i & 1 else raw)
+        else:
+            value = as_f32(raw)
+        bits = modify_f32(bits_of(value), bool(f.neg_hi >> i & 1), bool(f.neg >> i & 1))
+        sources.append(as_f32(bits))
+    exact_odd = fma_odd(*sources)
+    if inst.name == "v_fma_mix_f32":
+        wave.write_vgpr(f.dst, bits_of(exact_odd.astype(np.float32)), wave.exec_mask)
+        return
+    with np.errstate(all="ignore"):
+        half = exact_odd.astype(np.float16).view(np.uint16).astype(np.uint32)
+    old = wave.vgpr[f.dst]
+    merged = (old & np.uint32(0xFFFF0000)) | half if inst.name == "v_fma_mixlo_f16" else \
+        (old & np.uint32(0xFFFF)) | half << 16
+    wave.write_vgpr(f.dst, merged.astype(np.uint32), wave.exec_mask)
+
+
+def _dual(wave: Wave, inst: Instruction, f: Fields) -> None:
+    """Two independent operations; both read their sources before either writes."""
+    results = []
+    for name, dst, src in ((inst.name, f.dst, f.src), (inst.name_y or "", f.dst_y, f.src_y)):
+        if name == "v_dual_cndmask_b32":
+            a, b = (wave.vector(code, inst.literal) for code in src)
+            results.append((dst, np.where(wave.mask_of(int(wave.sgpr[VCC_LO])), b, a).astype(np.uint32)))
+            continue
+        op = ARITH[DUAL[name]]
+        sources = [wave.vector(code, inst.literal) for code in src[:op.sources - op.accumulates]]
+        if op.accumulates:
+            sources.append(wave.vgpr[dst].copy())
+        results.append((dst, op.fn(*sources).astype(np.uint32)))
+    for dst, values in results:
+        wave.write_vgpr(dst, values, wave.exec_mask)

@@ -1,0 +1,139 @@
+"""One wave32's architectural state and how instructions read and write it: scalar registers (with VCC, M0,
+EXEC at their operand codes), VGPRs as one uint32 per lane, SCC, and the program counter; operand codes
+resolved to values (registers, inline constants, the literal); DPP16 lane selection.
+
+Every lane-wise value is a numpy uint32 array of 32 lanes, so one instruction is one numpy operation per
+step, never a Python loop over lanes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from farm.emulate.fields import NULL, VGPR_BASE
+from farm.emulate.floats import U32
+
+LANES = 32
+VCC_LO = 106
+M0 = 125
+EXEC_LO = 126
+SCC = 253
+TTMP_FIRST, TTMP_LAST = 108, 123
+LITERAL = 255
+SCALAR_CODES = 128  # s0-s105, VCC, ..., NULL, M0, EXEC live at their own operand codes in one array
+
+# Inline constants, by operand code: integers 0..64 and -1..-16, then floats (binary32 and binary16 bits).
+_INTS = {128 + i: i for i in range(65)} | {192 + i: -i for i in range(1, 17)}
+_F32 = {240: 0x3F000000, 241: 0xBF000000, 242: 0x3F800000, 243: 0xBF800000, 244: 0x40000000,
+        245: 0xC0000000, 246: 0x40800000, 247: 0xC0800000, 248: 0x3E22F983}
+_F16 = {240: 0x3800, 241: 0xB800, 242: 0x3C00, 243: 0xBC00, 244: 0x4000, 245: 0xC000, 246: 0x4400,
+        247: 0xC400, 248: 0x3118}
+
+
+class Unsupported(RuntimeError):
+    """Something the model does not implement, named with the instruction's address: the run stops."""
+
+
+class Wave:
+    def __init__(self, vgprs: int = 256) -> None:
+        self.sgpr = np.zeros(SCALAR_CODES, dtype=np.uint32)
+        self.vgpr = np.zeros((vgprs, LANES), dtype=np.uint32)
+        self.scc = False
+        self.pc = 0
+        self.done = False
+
+    # -- masks -------------------------------------------------------------------------------------------
+
+    @property
+    def exec_mask(self) -> np.ndarray:
+        return self.mask_of(int(self.sgpr[EXEC_LO]))
+
+    @staticmethod
+    def mask_of(value: int) -> np.ndarray:
+        """A 32-bit lane mask as 32 booleans, lane 0 first."""
+        return (value >> np.arange(LANES, dtype=np.uint64) & 1).astype(bool)
+
+    @staticmethod
+    def bits_of(mask: np.ndarray) -> int:
+        return int(np.sum(mask.astype(np.uint64) << np.arange(LANES, dtype=np.uint64)))
+
+    # -- scalar operands ---------------------------------------------------------------------------------
+
+    def scalar(self, code: int, literal: int | None, half: bool = False) -> int:
+        """A 32-bit scalar source (an SGPR, VCC, M0, EXEC, SCC, an inline constant or the literal)."""
+        if code < SCALAR_CODES and code != NULL:
+            return int(self.sgpr[code])
+        if code == NULL:
+            return 0
+        if code in _INTS:
+            return _INTS[code] & 0xFFFFFFFF
+        if code in _F32:
+            return _F16[code] if half else _F32[code]
+        if code == SCC:
+            return int(self.scc)
+        if code == LITERAL:
+            if literal is None:
+                raise Unsupported("a literal operand without a literal dword")
+            return literal
+        raise Unsupported(f"scalar operand code {code}")
+
+    def scalar64(self, code: int, literal: int | None) -> int:
+        """A 64-bit scalar source: a register pair, or a constant sign-extended (the literal zero-extended)."""
+        if code < SCALAR_CODES and code != NULL:
+            return int(self.sgpr[code]) | int(self.sgpr[code + 1]) << 32
+        if code in _INTS:
+            return _INTS[code] & 0xFFFFFFFFFFFFFFFF
+        return self.scalar(code, literal)
+
+    def write_scalar(self, code: int, value: int) -> None:
+        if code == NULL:
+            return
+        if code >= SCALAR_CODES or TTMP_FIRST <= code <= TTMP_LAST:  # trap registers are not the kernel's
+            raise Unsupported(f"scalar destination code {code}")
+        self.sgpr[code] = value & 0xFFFFFFFF
+
+    def write_scalar64(self, code: int, value: int) -> None:
+        self.write_scalar(code, value)
+        self.write_scalar(code + 1, value >> 32)
+
+    # -- vector operands ---------------------------------------------------------------------------------
+
+    def vector(self, code: int, literal: int | None, half: bool = False) -> U32:
+        """A source for every lane: a VGPR's lanes, or a scalar value repeated (`half`: a 16-bit operand,
+        whose float inline constants are binary16)."""
+        if code >= VGPR_BASE:
+            return self.vgpr[code - VGPR_BASE].copy()
+        return np.full(LANES, self.scalar(code, literal, half), dtype=np.uint32)
+
+    def write_vgpr(self, reg: int, values: U32, mask: np.ndarray) -> None:
+        if reg >= len(self.vgpr):
+            raise Unsupported(f"v{reg} is beyond the {len(self.vgpr)} VGPRs the kernel allocates")
+        self.vgpr[reg] = np.where(mask, values, self.vgpr[reg]).astype(np.uint32)
+
+
+def dpp_lanes(control: int) -> tuple[np.ndarray, np.ndarray]:
+    """DPP16: (the lane each lane reads, whether that lane is inside its row). Raises on a control the model
+    does not implement (DPP_CTRL values from the RDNA3 ISA guide)."""
+    lane = np.arange(LANES)
+    row_start, in_row = lane & ~15, lane & 15
+    if control <= 0xFF:  # quad_perm: each lane picks one lane of its quad
+        pick = np.array([control >> 2 * i & 3 for i in range(4)])
+        return (lane & ~3) + pick[lane & 3], np.ones(LANES, bool)
+    kind, n = control & ~0xF, control & 0xF
+    if kind == 0x100 and n:  # row_shl: lane i reads i + n of its row
+        source = in_row + n
+        return row_start + source, source < 16
+    if kind == 0x110 and n:  # row_shr: lane i reads i - n of its row
+        source = in_row - n
+        return row_start + np.maximum(source, 0), source >= 0
+    if kind == 0x120 and n:  # row_ror: rotate right within the row
+        return row_start + ((in_row - n) & 15), np.ones(LANES, bool)
+    if control == 0x140:  # row_mirror
+        return row_start + 15 - in_row, np.ones(LANES, bool)
+    if control == 0x141:  # row_half_mirror
+        return (lane & ~7) + 7 - (lane & 7), np.ones(LANES, bool)
+    if kind == 0x150:  # row_share: every lane reads lane n of its row
+        return row_start + n, np.ones(LANES, bool)
+    if kind == 0x160:  # row_xmask: lane i reads i xor n within its row
+        return row_start + (in_row ^ n), np.ones(LANES, bool)
+    raise Unsupported(f"DPP control {control:#x}")
