@@ -32,7 +32,7 @@ def test_vector_formats() -> None:
     f = one("v_fma_f32 v1, -v2, |v3|, s4 clamp mul:2")
     assert (f.dst, f.src, f.neg, f.abs, f.clamp, f.omod) == (1, (V + 2, V + 3, 4), 0b001, 0b010, True, 1)
     f = one("v_div_scale_f32 v5, vcc_lo, v6, v7, v6")
-    assert (f.dst, f.sdst, f.src) == (5, VCC_LO, (V + 6, V + 7, V + 6))
+    assert (f.dst, f.sdst, f.src, f.abs, f.opsel) == (5, VCC_LO, (V + 6, V + 7, V + 6), 0, 0)
     f = one("v_cmp_gt_f32_e64 s12, v1, -v2")
     assert (f.sdst, f.src[:2], f.neg) == (12, (V + 1, V + 2), 0b010)
     f = one("v_fma_mix_f32 v1, v2, -v3, v4 op_sel:[1,0,0] op_sel_hi:[1,1,0]")

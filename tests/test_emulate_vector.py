@@ -238,3 +238,44 @@ def test_fma_mix_widens_halves_and_rounds_once() -> None:
     assert int(wave.vgpr[2][0]) == bits(3.0 * 2.0 + 0.25)
     assert int(wave.vgpr[3][0]) == 0xAAAA0000 | 0x3C00  # 3*0.25+0.25 = 1.0
     assert int(wave.vgpr[4][0]) == 0x3A00 << 16 | 0xBBBB  # 2*0.25+0.25 = 0.75
+
+
+DIVISION = """v_div_scale_f32 v2, null, v1, v1, v0
+v_div_scale_f32 v3, vcc_lo, v0, v1, v0
+v_rcp_f32 v4, v2
+v_fma_f32 v5, -v2, v4, 1.0
+v_fmac_f32 v4, v5, v4
+v_mul_f32 v5, v3, v4
+v_fma_f32 v6, -v2, v5, v3
+v_fmac_f32 v5, v6, v4
+v_fma_f32 v2, -v2, v5, v3
+v_div_fmas_f32 v2, v2, v4, v5
+v_div_fixup_f32 v7, v2, v1, v0"""  # LLVM's binary32 division with denormals kept: v7 = v0 / v1
+
+
+def test_division_sequence_gives_the_correctly_rounded_quotient() -> None:
+    for _ in range(8):
+        a, b = random_f32(LANES), random_f32(LANES)
+        wave = run(DIVISION, vgpr={0: a, 1: b})
+        assert wave.vgpr[7].tolist() == [round_f32(value(x) / value(y)) for x, y in zip(a, b, strict=True)]
+    # numerators whose quotient is tiny or a denormal: v_div_scale scales them and says so in VCC
+    for a, b in (([bits(2.0**-126 * (1 + i / 64)) for i in range(LANES)], [bits(3.0 + i) for i in range(LANES)]),
+                 # exponents 96 or more apart: the denominator is scaled instead
+                 ([bits(2.0**100 * (1 + i / 64)) for i in range(LANES)], [bits(3.0 * 2.0**-8)] * LANES)):
+        wave = run(DIVISION, vgpr={0: a, 1: b})
+        assert wave.vgpr[7].tolist() == [round_f32(value(x) / value(y)) for x, y in zip(a, b, strict=True)]
+
+
+def test_division_special_values() -> None:
+    nan, inf = 0x7FC00000, 0x7F800000
+    num = [bits(1.0), 0, bits(-1.0), inf, bits(2.0), 0x80000000] + [bits(1.0)] * 26
+    den = [0, 0, bits(0.0), inf, inf, bits(5.0)] + [bits(4.0)] * 26
+    wave = run(DIVISION, vgpr={0: num, 1: den})
+    got = wave.vgpr[7].tolist()
+    assert got[0] == inf  # 1/0
+    assert got[1] & 0x7FC00000 == nan  # 0/0 is a NaN
+    assert got[2] == 0x80000000 | inf  # -1/+0
+    assert got[3] & 0x7FC00000 == nan  # inf/inf
+    assert got[4] == 0  # 2/inf
+    assert got[5] == 0x80000000  # -0/5
+    assert got[6:] == [bits(0.25)] * 26

@@ -14,6 +14,7 @@ from farm.emulate.decode import Instruction
 
 VGPR_BASE = 256  # a 9-bit source operand at or above this names VGPR (code - 256)
 NULL = 124  # the scalar operand that reads 0 and drops writes
+VOP3SD = {764}  # v_div_scale_f32: VOP3 with a scalar result where the others keep abs and op_sel
 VOPC_END = 256  # VOP3 opcodes below this are compares: their vdst field names the scalar mask they write
 
 
@@ -48,6 +49,10 @@ class Fields:
 def fields(inst: Instruction) -> Fields:
     if inst.encoding == "VOP3" and inst.opcode < VOPC_END:
         return _vop3_compare(inst.words)
+    if inst.encoding == "VOP3" and inst.opcode in VOP3SD:
+        plain = _vop3(inst.words)  # bits 8-14 are the scalar result there, not abs and op_sel
+        return Fields(dst=plain.dst, src=plain.src, sdst=plain.sdst, clamp=plain.clamp, omod=plain.omod,
+                      neg=plain.neg)
     return _BY_ENCODING[inst.encoding](inst.words)
 
 

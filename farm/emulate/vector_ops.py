@@ -143,6 +143,8 @@ def run_vector(wave: Wave, inst: Instruction, f: Fields) -> None:
         _permlanex16(wave, inst, f)
     elif name in ("v_fma_mix_f32", "v_fma_mixlo_f16", "v_fma_mixhi_f16"):
         _fma_mix(wave, inst, f)
+    elif name in DIVISION:
+        DIVISION[name](wave, inst, f)
     elif name in ARITH:
         _arith(wave, inst, f, ARITH[name])
     else:
@@ -285,6 +287,97 @@ def _fma_mix(wave: Wave, inst: Instruction, f: Fields) -> None:
     merged = (old & np.uint32(0xFFFF0000)) | half if inst.name == "v_fma_mixlo_f16" else \
         (old & np.uint32(0xFFFF)) | half << 16
     wave.write_vgpr(f.dst, merged.astype(np.uint32), wave.exec_mask)
+
+
+# -- the division sequence ------------------------------------------------------------------------------------
+# From the RDNA3 ISA pseudocode (as tinygrad 0.14.0's rdna3 tables carry it): v_div_scale scales numerator or
+# denominator out of ranges where the reciprocal-and-refine steps would lose precision and says so in VCC,
+# v_div_fmas undoes the scale, v_div_fixup handles zeros, infinities and NaN and restores the sign.
+
+def _exponent(bits: U32) -> U32:
+    return bits >> 23 & np.uint32(0xFF)
+
+
+def _is_denormal(bits: U32) -> np.ndarray:
+    return (_exponent(bits) == 0) & ((bits & np.uint32(0x7FFFFF)) != 0)
+
+
+def _ldexp(bits: U32, power: int) -> U32:
+    with np.errstate(all="ignore"):
+        return bits_of(np.ldexp(as_f32(bits), power).astype(np.float32))
+
+
+def _div_scale(wave: Wave, inst: Instruction, f: Fields) -> None:
+    s0, s1, s2 = (_read(wave, inst, f, i, False, True)[0] for i in range(3))
+    n1, n2 = as_f32(s1), as_f32(s2)
+    with np.errstate(all="ignore"):
+        quotient = bits_of((n2 / n1).astype(np.float32))
+    gap = _exponent(s2).astype(np.int64) - _exponent(s1).astype(np.int64)
+    result, vcc = s0.copy(), np.zeros(LANES, bool)
+    undecided = np.ones(LANES, bool)
+
+    def case(when: np.ndarray, value: U32 | None, flag: bool) -> None:
+        nonlocal result
+        hit = undecided & when
+        if value is not None:
+            result = np.where(hit, value, result).astype(np.uint32)
+        vcc[hit] = flag
+        undecided[hit] = False
+
+    up = _ldexp(s0, 64)
+    case((n2 == 0) | (n1 == 0), np.full(LANES, 0x7FC00000, np.uint32), False)
+    case(gap >= 96, np.where(as_f32(s0) == n1, up, s0), True)
+    case(_is_denormal(s1), up, False)
+    # 1/S1 as binary64 is never a binary64 denormal for a binary32 S1: those two branches cannot be taken.
+    case(_is_denormal(quotient), np.where(as_f32(s0) == n2, up, s0), True)
+    case(_exponent(s2) <= 23, up, False)
+    exec_ = wave.exec_mask
+    wave.write_vgpr(f.dst, result, exec_)
+    wave.write_scalar(f.sdst, wave.bits_of(vcc & exec_))
+
+
+def _div_fmas(wave: Wave, inst: Instruction, f: Fields) -> None:
+    """The fused result, scaled back where VCC says v_div_scale scaled one operand by 2^64. tinygrad's text of
+    the pseudocode prints the scale as `2.0F ** 32`, which cannot undo a 2^64 scale (quotients that are
+    binary32 denormals came out 2^96 too large with it); the model scales by 2^64 when S2 (the quotient
+    estimate) has a biased exponent above 127 and by 2^-64 otherwise, and the division test checks the
+    whole sequence against correctly rounded quotients, denormal ones included."""
+    s0, s1, s2 = (as_f32(_read(wave, inst, f, i, False, True)[0]) for i in range(3))
+    fused = fma_odd(s0, s1, s2)
+    scaled = wave.mask_of(int(wave.sgpr[VCC_LO]))
+    power = np.where(_exponent(bits_of(s2)) > 127, 2.0**64, 2.0**-64)
+    with np.errstate(all="ignore"):
+        result = np.where(scaled, fused * power, fused).astype(np.float32)  # a power of two: exact in binary64
+    wave.write_vgpr(f.dst, bits_of(result), wave.exec_mask)
+
+
+def _div_fixup(wave: Wave, inst: Instruction, f: Fields) -> None:
+    s0, s1, s2 = (_read(wave, inst, f, i, False, True)[0] for i in range(3))
+    n1, n2 = as_f32(s1), as_f32(s2)
+    negative = ((s1 ^ s2) >> 31).astype(bool)
+    sign = np.where(negative, np.uint32(0x80000000), np.uint32(0))
+    magnitude = s0 & np.uint32(0x7FFFFFFF)
+    rules = [
+        (np.isnan(n2), s2 | np.uint32(0x400000)),
+        (np.isnan(n1), s1 | np.uint32(0x400000)),
+        ((n1 == 0) & (n2 == 0), np.uint32(0xFFC00000)),
+        (np.isinf(n1) & np.isinf(n2), np.uint32(0xFFC00000)),
+        ((n1 == 0) | np.isinf(n2), sign | np.uint32(0x7F800000)),
+        (np.isinf(n1) | (n2 == 0), sign),
+    ]
+    decided = np.any([when for when, _ in rules], axis=0)
+    # The pseudocode's last two cases return UNDERFLOW_F32 / OVERFLOW_F32, constants it does not define:
+    # the model stops there rather than guess.
+    extreme = (_exponent(s2).astype(np.int64) - _exponent(s1).astype(np.int64) < -150) | (_exponent(s1) == 255)
+    if np.any(extreme & ~decided & wave.exec_mask):
+        raise Unsupported(f"v_div_fixup_f32 at {inst.address:#x}: a quotient that under- or overflows")
+    result = sign | magnitude
+    for when, value in reversed(rules):  # the first rule that holds wins
+        result = np.where(when, value, result)
+    wave.write_vgpr(f.dst, result.astype(np.uint32), wave.exec_mask)
+
+
+DIVISION = {"v_div_scale_f32": _div_scale, "v_div_fmas_f32": _div_fmas, "v_div_fixup_f32": _div_fixup}
 
 
 def _dual(wave: Wave, inst: Instruction, f: Fields) -> None:
