@@ -279,3 +279,9 @@ def test_division_special_values() -> None:
     assert got[4] == 0  # 2/inf
     assert got[5] == 0x80000000  # -0/5
     assert got[6:] == [bits(0.25)] * 26
+
+
+def test_row_shift_left_reads_the_next_lanes_of_its_row() -> None:
+    wave = run("v_mov_b32_dpp v1, v0 row_shl:2 row_mask:0xf bank_mask:0xf bound_ctrl:1",
+               vgpr={0: list(range(1, 33))})
+    assert wave.vgpr[1].tolist() == [0 if i % 16 >= 14 else i + 3 for i in range(LANES)]

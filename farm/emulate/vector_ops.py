@@ -159,6 +159,8 @@ def _read(wave: Wave, inst: Instruction, f: Fields, index: int, half: bool, is_f
     valid = np.ones(LANES, bool)
     code = f.src[index]
     abs_ = neg = False
+    if inst.dpp is not None and half:
+        raise Unsupported(f"{inst.name} at {inst.address:#x}: DPP on a 16-bit operand")
     if inst.dpp is not None and index == 0:
         values, valid = _dpp_source(wave, inst.dpp)
         abs_, neg = bool(inst.dpp >> 21 & 1), bool(inst.dpp >> 20 & 1)

@@ -61,6 +61,8 @@ class Wave:
 
     def scalar(self, code: int, literal: int | None, half: bool = False) -> int:
         """A 32-bit scalar source (an SGPR, VCC, M0, EXEC, SCC, an inline constant or the literal)."""
+        if TTMP_FIRST <= code <= TTMP_LAST:
+            raise Unsupported(f"scalar operand code {code} (a trap register)")
         if code < SCALAR_CODES and code != NULL:
             return int(self.sgpr[code])
         if code == NULL:
@@ -122,7 +124,7 @@ def dpp_lanes(control: int) -> tuple[np.ndarray, np.ndarray]:
     kind, n = control & ~0xF, control & 0xF
     if kind == 0x100 and n:  # row_shl: lane i reads i + n of its row
         source = in_row + n
-        return row_start + source, source < 16
+        return row_start + np.minimum(source, 15), source < 16
     if kind == 0x110 and n:  # row_shr: lane i reads i - n of its row
         source = in_row - n
         return row_start + np.maximum(source, 0), source >= 0
