@@ -1,5 +1,5 @@
-"""One instruction on one wave: its operand fields read once, then the scalar or vector semantics; the pc
-moves past it unless a taken branch set it."""
+"""One instruction on one wave: its operand fields read once, then the scalar, vector or memory semantics;
+the pc moves past it unless a taken branch set it."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from functools import lru_cache
 
 from farm.emulate.decode import Instruction
 from farm.emulate.fields import Fields, fields
+from farm.emulate.memory import Lds, Memory
+from farm.emulate.memory_ops import run_memory
 from farm.emulate.scalar_ops import run_scalar
 from farm.emulate.vector_ops import run_vector
 from farm.emulate.wave import Unsupported, Wave
@@ -15,31 +17,38 @@ SCALAR_ENCODINGS = {"SOP1", "SOP2", "SOPC", "SOPK", "SOPP"}
 VECTOR_ENCODINGS = {"VOP1", "VOP2", "VOPC", "VOP3", "VOP3P", "VOPD"}
 
 
-@lru_cache(maxsize=4096)
-def _fields(inst: Instruction) -> Fields:
+@lru_cache(maxsize=65536)
+def fields_of(inst: Instruction) -> Fields:
     return fields(inst)
 
 
-def step(wave: Wave, inst: Instruction) -> None:
-    f = _fields(inst)
+def step(wave: Wave, inst: Instruction, memory: Memory | None = None, lds: Lds | None = None) -> None:
+    f = fields_of(inst)
     jumped = False
-    if inst.encoding in SCALAR_ENCODINGS:
-        jumped = run_scalar(wave, inst, f)
-    elif inst.encoding in VECTOR_ENCODINGS:
-        run_vector(wave, inst, f)
-    else:
-        raise Unsupported(f"{inst.name} at {inst.address:#x}: memory instructions are not modelled yet")
+    try:
+        if inst.encoding in SCALAR_ENCODINGS:
+            jumped = run_scalar(wave, inst, f)
+        elif inst.encoding in VECTOR_ENCODINGS:
+            run_vector(wave, inst, f)
+        elif memory is None or lds is None:
+            raise Unsupported("a memory instruction on a wave without memory")
+        else:
+            run_memory(wave, inst, f, memory, lds)
+    except Unsupported as exc:
+        where = f"{inst.name} at {inst.address:#x}"
+        raise Unsupported(str(exc) if where in str(exc) else f"{exc} ({where})") from None
     if not jumped:
         wave.pc = inst.address + inst.size
 
 
-def run_program(wave: Wave, program: list[Instruction], limit: int = 100_000) -> None:
-    """Runs a straight or branching list of instructions from its first until s_endpgm or its end."""
+def run_program(wave: Wave, program: list[Instruction], memory: Memory | None = None, lds: Lds | None = None,
+                limit: int = 100_000) -> None:
+    """Runs a list of instructions from its first until s_endpgm or its end (unit tests' programs)."""
     at = {inst.address: inst for inst in program}
     wave.pc = program[0].address
     for _ in range(limit):
         inst = at.get(wave.pc)
         if inst is None or wave.done:
             return
-        step(wave, inst)
+        step(wave, inst, memory, lds)
     raise Unsupported(f"no s_endpgm after {limit} instructions")

@@ -41,6 +41,7 @@ class Wave:
         self.scc = False
         self.pc = 0
         self.done = False
+        self.at_barrier = False
 
     # -- masks -------------------------------------------------------------------------------------------
 

@@ -1,0 +1,102 @@
+"""Memory instructions (SMEM, MUBUF, FLAT global, DS) on a wave: addresses from the instruction's fields,
+values through `Memory` (global buffers with bounds) and `Lds`. Every access completes before the next
+instruction, so s_waitcnt has nothing to wait for in this model.
+
+Buffer resource descriptors (four SGPRs): base address, stride and NUM_RECORDS from words 0-2; word 3's
+OOB_SELECT must be 3 (raw: bytes checked against NUM_RECORDS) and stride, index and thread-id addressing
+must be off. The model checks each dword (or the 16 bits of a 16-bit access) on its own: inside
+NUM_RECORDS it goes to memory, past it a load returns 0 and a store is dropped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from farm.emulate.decode import Instruction
+from farm.emulate.fields import NULL, Fields
+from farm.emulate.memory import Lds, Memory
+from farm.emulate.wave import Unsupported, Wave
+
+SMEM_DWORDS = {"s_load_b32": 1, "s_load_b64": 2, "s_load_b128": 4, "s_load_b256": 8}
+BUFFER = {"buffer_load_u16": ("load", 2, 1), "buffer_load_b32": ("load", 4, 1),
+          "buffer_load_b128": ("load", 4, 4), "buffer_store_b16": ("store", 2, 1),
+          "buffer_store_b32": ("store", 4, 1), "buffer_store_b128": ("store", 4, 4)}
+RAW_OOB_SELECT = 3
+
+
+def run_memory(wave: Wave, inst: Instruction, f: Fields, memory: Memory, lds: Lds) -> None:
+    name = inst.name
+    if name in SMEM_DWORDS:
+        _smem(wave, inst, f, memory, SMEM_DWORDS[name])
+    elif name == "buffer_gl0_inv":  # a cache invalidate: the model has no caches
+        return
+    elif name in BUFFER:
+        _buffer(wave, inst, f, memory, *BUFFER[name])
+    elif name == "global_store_b32":
+        _global_store(wave, inst, f, memory)
+    elif name.startswith("ds_"):
+        _ds(wave, inst, f, lds)
+    else:
+        raise Unsupported(f"{name} at {inst.address:#x} is not implemented")
+
+
+def _where(inst: Instruction) -> str:
+    return f"{inst.name} at {inst.address:#x}"
+
+
+def _smem(wave: Wave, inst: Instruction, f: Fields, memory: Memory, dwords: int) -> None:
+    address = wave.scalar64(f.base, None) + f.imm
+    if f.soffset != NULL:
+        address += wave.scalar(f.soffset, None)
+    raw = memory.read(address, 4 * dwords, _where(inst))
+    for i in range(dwords):
+        wave.write_scalar(f.dst + i, int.from_bytes(raw[4 * i:4 * i + 4], "little"))
+
+
+def _buffer(wave: Wave, inst: Instruction, f: Fields, memory: Memory, kind: str, size: int, dwords: int,
+            ) -> None:
+    words = [int(wave.sgpr[f.base + i]) for i in range(4)]
+    base = words[0] | (words[1] & 0xFFFF) << 32
+    stride, records = words[1] >> 16 & 0x3FFF, words[2]
+    oob_select, add_tid = words[3] >> 28 & 0x3, words[3] >> 23 & 1
+    if f.idxen or stride or add_tid or oob_select != RAW_OOB_SELECT:
+        raise Unsupported(f"{_where(inst)}: a buffer that is not raw (stride {stride}, idxen {f.idxen}, "
+                          f"add_tid {add_tid}, OOB_SELECT {oob_select})")
+    offset = np.full(32, f.imm + wave.scalar(f.soffset, inst.literal), dtype=np.int64)
+    if f.offen:
+        offset += wave.vgpr[f.addr].astype(np.int64)
+    active = wave.exec_mask
+    for i in range(dwords):
+        at = offset + 4 * i
+        inside = active & (at + size <= records)
+        if kind == "load":
+            values = memory.gather(base + at, size, inside, _where(inst))  # 0 past NUM_RECORDS
+            wave.write_vgpr(f.dst + i, values, active)
+        else:
+            memory.scatter(base + at, wave.vgpr[f.data[0] + i], size, inside, _where(inst))
+
+
+def _global_store(wave: Wave, inst: Instruction, f: Fields, memory: Memory) -> None:
+    if f.base == NULL:  # no scalar base: the address is a VGPR pair
+        address = wave.vgpr[f.addr].astype(np.int64) | wave.vgpr[f.addr + 1].astype(np.int64) << 32
+    else:
+        address = wave.scalar64(f.base, None) + wave.vgpr[f.addr].astype(np.int64)
+    memory.scatter(address + f.imm, wave.vgpr[f.data[0]], 4, wave.exec_mask, _where(inst))
+
+
+def _ds(wave: Wave, inst: Instruction, f: Fields, lds: Lds) -> None:
+    active = wave.exec_mask
+    base = wave.vgpr[f.addr].astype(np.int64)
+    offset = f.offsets[0] | f.offsets[1] << 8
+    name = inst.name
+    if name == "ds_store_b32":
+        lds.store(base + offset, wave.vgpr[f.data[0]], active)
+    elif name == "ds_load_2addr_b32":  # two dwords at offset0*4 and offset1*4
+        for i, each in enumerate(f.offsets):
+            wave.write_vgpr(f.dst + i, lds.load(base + 4 * each, active), active)
+    elif name in ("ds_load_b32", "ds_load_b64", "ds_load_b128"):
+        for i in range({"ds_load_b32": 1, "ds_load_b64": 2, "ds_load_b128": 4}[name]):
+            wave.write_vgpr(f.dst + i, lds.load(base + offset + 4 * i, active), active)
+    else:
+        raise Unsupported(f"{_where(inst)} is not implemented")
+

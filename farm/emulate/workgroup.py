@@ -1,0 +1,118 @@
+"""A launch: every workgroup of a grid, each a set of wave32s sharing LDS and meeting at s_barrier, set up
+from the kernel's own descriptor (user and system SGPRs, work-item ids, VGPR count, LDS size, float mode).
+
+Waves of a workgroup run in turn, each until it reaches s_barrier or s_endpgm; when every wave still
+running waits at the barrier, all go on. Workgroups run one after another. The model has no timing: what
+it checks is what a kernel computes, not how fast or in which interleaving of independent waves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from farm.emulate.decode import decode_all
+from farm.emulate.launch import Kernel, Program
+from farm.emulate.memory import Lds, Memory
+from farm.emulate.step import step
+from farm.emulate.wave import EXEC_LO, LANES, Unsupported, Wave
+
+VGPR_GRANULE_WAVE32 = 8  # COMPUTE_PGM_RSRC1.GRANULATED_WORKITEM_VGPR_COUNT counts blocks of 8 in wave32
+MAX_STEPS = 5_000_000  # per workgroup: a kernel that never ends is an error, not a hang
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel: Kernel
+    grid: tuple[int, int, int]  # workgroups per axis
+    workgroup: tuple[int, int, int]  # work-items per axis
+    kernarg_address: int
+
+
+class Runner:
+    """One kernel's decoded code, reused by every workgroup of a launch."""
+
+    def __init__(self, program: Program, kernel: Kernel) -> None:
+        _check_supported(kernel)
+        self.kernel = kernel
+        start = kernel.entry - program.text_address
+        code = program.text[start:]
+        self.code = {inst.address: inst for inst in decode_all(code, kernel.entry)}
+        self.steps = 0
+
+    def run(self, launch: Launch, memory: Memory) -> None:
+        gx, gy, gz = launch.grid
+        for z in range(gz):
+            for y in range(gy):
+                for x in range(gx):
+                    self.run_workgroup(launch, memory, (x, y, z))
+
+    def run_workgroup(self, launch: Launch, memory: Memory, group: tuple[int, int, int]) -> None:
+        d = self.kernel.descriptor
+        lds = Lds.of_size(d.group_segment_bytes)
+        size = launch.workgroup[0] * launch.workgroup[1] * launch.workgroup[2]
+        if launch.workgroup[1:] != (1, 1):
+            raise Unsupported("only one-dimensional workgroups are modelled")
+        waves = [self._new_wave(launch, group, first, size) for first in range(0, size, LANES)]
+        steps = 0
+        while True:
+            running = [w for w in waves if not w.done]
+            if not running:
+                return
+            for wave in running:
+                steps += self._until_barrier(wave, memory, lds)
+                if steps > MAX_STEPS:
+                    raise Unsupported(f"workgroup {group} ran {MAX_STEPS} instructions without ending")
+            waiting = [w for w in waves if not w.done]
+            if waiting and not all(w.at_barrier for w in waiting):
+                raise Unsupported("a wave stopped without reaching a barrier or s_endpgm")
+            for wave in waiting:
+                wave.at_barrier = False
+
+    def _new_wave(self, launch: Launch, group: tuple[int, int, int], first: int, size: int) -> Wave:
+        d = self.kernel.descriptor
+        wave = Wave(vgprs=((d.rsrc1 & 0x3F) + 1) * VGPR_GRANULE_WAVE32)
+        for name, at in d.user_sgprs():
+            if name != "kernarg_segment_ptr":
+                raise Unsupported(f"user SGPR {name} is not modelled")
+            wave.sgpr[at] = launch.kernarg_address & 0xFFFFFFFF
+            wave.sgpr[at + 1] = launch.kernarg_address >> 32
+        for axis, sgpr in d.workgroup_id_sgprs.items():
+            wave.sgpr[sgpr] = group["xyz".index(axis)]
+        local = first + np.arange(LANES)
+        wave.vgpr[0] = np.where(local < size, local, 0).astype(np.uint32)  # x only: y and z are 0
+        wave.sgpr[EXEC_LO] = Wave.bits_of(local < size)
+        wave.pc = self.kernel.entry
+        return wave
+
+    def _until_barrier(self, wave: Wave, memory: Memory, lds: Lds) -> int:
+        steps = 0
+        while not wave.done:
+            inst = self.code.get(wave.pc)
+            if inst is None:
+                raise Unsupported(f"the program counter {wave.pc:#x} is not at an instruction")
+            steps += 1
+            if inst.name == "s_barrier":
+                wave.pc += inst.size
+                wave.at_barrier = True
+                return steps
+            step(wave, inst, memory, lds)
+            if steps > MAX_STEPS:
+                return steps
+        return steps
+
+
+def _check_supported(kernel: Kernel) -> None:
+    """The descriptor settings the model implements; anything else stops before the first instruction."""
+    d = kernel.descriptor
+    if not d.wave32 or kernel.wavefront_size != LANES:
+        raise Unsupported(f"{kernel.name}: only wave32 is modelled")
+    if d.scratch_enabled or d.private_segment_bytes:
+        raise Unsupported(f"{kernel.name}: scratch memory is not modelled")
+    if (d.round_mode_32, d.round_mode_16_64, d.denorm_mode_32, d.denorm_mode_16_64) != (0, 0, 3, 3):
+        raise Unsupported(f"{kernel.name}: the float mode (round {d.round_mode_32}/{d.round_mode_16_64}, denormals "
+                          f"{d.denorm_mode_32}/{d.denorm_mode_16_64}) is not the one modelled (nearest even, "
+                          "denormals kept)")
+    if not d.ieee_mode:
+        raise Unsupported(f"{kernel.name}: only IEEE mode is modelled")
