@@ -1,6 +1,8 @@
-"""farm check, farm audit and farm diff: is what outputs/ holds what the farm made?"""
+"""farm check, audit, diff and emulate: is what outputs/ holds what the farm made, and what does it compute?"""
 
 from __future__ import annotations
+
+import sys
 
 from farm.assure.audit import audit
 from farm.assure.check import check
@@ -8,6 +10,7 @@ from farm.assure.elfdiff import main as diff_main
 from farm.assure.golden import drift as golden_drift
 from farm.cli.parser import Invocation
 from farm.cli.selection import load, selected_rows
+from farm.emulate.command import emulate
 from farm.store.lock import command_line, lock_wait, tree_lock
 from farm.store.preflight import require_writable
 
@@ -31,6 +34,14 @@ def cmd_audit(inv: Invocation) -> int:
     require_writable(cfg, outputs=False)  # the audit writes only its report
     rows, every = selected_rows(cfg)
     return audit(cfg, rows, every, inv.words)
+
+
+def cmd_emulate(inv: Invocation) -> int:
+    """farm emulate [selection]: the objects as outputs/ holds them, under a shared hold of the tree's lock."""
+    cfg = load(inv.words)
+    rows, _ = selected_rows(cfg)
+    with tree_lock(cfg.outputs_dir, command_line(), shared=True, wait_s=lock_wait(cfg)):
+        return emulate(cfg, rows, sys.stdout)
 
 
 def cmd_diff(inv: Invocation) -> int:

@@ -59,6 +59,10 @@ VERBS: tuple[Verb, ...] = (
     Verb("audit", "farm.cli.assure_cmds:cmd_audit",
          "rebuild the selection elsewhere, varied; compare byte-for-byte with outputs/",
          listing="(audit.sample=N for a deterministic sample; audit.vary.umask=false etc.)"),
+    Verb("emulate", "farm.cli.assure_cmds:cmd_emulate",
+         "run the selected RMSNorm gfx11-generic objects on an RDNA3 model; compare with numpy",
+         details="An instruction-level model of RDNA3 wave32, not hardware. Other objects are refused, one line "
+                 "each. Last line: emulated=N within=W outside=O max_err=E; exit 0 only when O is 0 and N > 0."),
     Verb("pin", "farm.cli.build_cmds:cmd_pin",
          "move the toolchain pin to what is installed (rebuilds everything)"),
     Verb("golden", "farm.cli.publish_cmds:cmd_golden",

@@ -1,0 +1,130 @@
+"""`farm emulate [selection]`: each selected RMSNorm object for gfx11-generic runs on the instruction-level
+model of RDNA3 (wave32) against a numpy reference, as it is in outputs/ (its bytes are emulated as they
+are, and its SHA256 recorded). Other objects are refused, one line each, and never counted as passing.
+
+An object passes when every output of every case is within its type's tolerance (farm/emulate/numerics.py);
+one that cannot run (not built, not launchable, an instruction or access the model stops at) is outside.
+The last line is `emulated=N within=W outside=O max_err=E`; the run exits 0 only when O is 0 and N > 0.
+This is a model, not hardware: it has no timing, caches or memory ordering between waves, and it is only as
+faithful as the semantics its unit tests pin down.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TextIO
+
+from farm.core.atomic import write_text_atomic
+from farm.core.canonical import canonical_json
+from farm.emulate.launch import NotLaunchable, load
+from farm.emulate.memory import BoundsError
+from farm.emulate.rmsnorm_check import Outcome, check
+from farm.emulate.wave import Unsupported
+from farm.store.outtree import OutputDir
+from farm.table.config import FarmConfig
+from farm.table.rows import Row
+
+TARGET = "gfx11-generic"
+OPS = ("rmsnorm", "rmsnorm_bwd")
+
+
+@dataclass
+class ObjectResult:
+    key: str
+    sha256: str | None = None
+    seconds: float = 0.0
+    outcomes: list[Outcome] = field(default_factory=list)
+    stopped: str | None = None  # why the object could not be run to the end
+
+    @property
+    def within(self) -> bool:
+        return self.stopped is None and bool(self.outcomes) and all(o.within for o in self.outcomes)
+
+    @property
+    def max_err(self) -> float:
+        return max((v for o in self.outcomes for v in o.worst.values()), default=0.0)
+
+    def line(self) -> str:
+        if self.stopped:
+            return f"OUTSIDE {self.key}: stopped: {self.stopped}"
+        worst: dict[str, tuple[float, float]] = {}
+        for o in self.outcomes:
+            for name, value in o.worst.items():
+                if value >= worst.get(name, (-1.0, 0.0))[0]:
+                    worst[name] = (value, o.tolerance[name])
+        parts = ", ".join(f"{n} {v:.2e} (tolerance {t:.2e})" for n, (v, t) in worst.items())
+        return f"{'within' if self.within else 'OUTSIDE'} {self.key}: {parts}; {len(self.outcomes)} cases in " \
+               f"{self.seconds:.1f} s"
+
+    def as_json(self) -> dict[str, object]:
+        return {"key": self.key, "sha256": self.sha256, "seconds": round(self.seconds, 3), "within": self.within,
+                "stopped": self.stopped,
+                "cases": [{"m": o.case.m, "n": o.case.n, "eps": o.case.eps, "x_scale": o.case.scale,
+                           "num_programs": o.case.num_programs,
+                           "worst_error": {k: _json_number(v) for k, v in o.worst.items()}, "tolerance": o.tolerance,
+                           "within": o.within} for o in self.outcomes]}
+
+
+def _json_number(value: float) -> float | str:
+    """JSON has no infinity: a NaN or infinite output's error is written as text."""
+    return value if math.isfinite(value) else str(value)
+
+
+def refusal(row: Row) -> str | None:
+    if row.op not in OPS:
+        return f"REFUSED {row.key}: the model runs only the RMSNorm families ({', '.join(OPS)})"
+    if row.target != TARGET:
+        return f"REFUSED {row.key}: the model is of RDNA3 wave32; it runs only {TARGET} objects"
+    return None
+
+
+def emulate_row(cfg: FarmConfig, row: Row) -> ObjectResult:
+    result = ObjectResult(row.key)
+    with OutputDir(cfg.outputs_dir, row.op, row.target) as out:
+        data = out.read_bytes(row.file_name)  # never through a symlink
+    if data is None:
+        result.stopped = f"{row.relpath()} is not in {cfg.outputs_dir} (run `farm build` for it)"
+        return result
+    result.sha256 = hashlib.sha256(data).hexdigest()
+    started = time.monotonic()
+    try:
+        result.outcomes = check(load(data), row.op, row.knobs)
+    except (NotLaunchable, Unsupported, BoundsError) as exc:
+        result.stopped = f"{type(exc).__name__}: {exc}"
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def emulate(cfg: FarmConfig, rows: list[Row], out: TextIO) -> int:
+    started = time.monotonic()
+    results: list[ObjectResult] = []
+    refused = []
+    for row in sorted(rows, key=lambda r: r.key):
+        why = refusal(row)
+        if why:
+            refused.append(row.key)
+            print(why, file=out)
+            continue
+        result = emulate_row(cfg, row)
+        print(result.line(), file=out, flush=True)
+        results.append(result)
+    within = sum(r.within for r in results)
+    max_err = max((r.max_err for r in results), default=0.0)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    report = {"finished_utc": stamp, "seconds": round(time.monotonic() - started, 3),
+              "model": "instruction-level model of RDNA3 wave32 (farm/emulate), not hardware",
+              "emulated": len(results), "within": within, "outside": len(results) - within,
+              "max_err": _json_number(max_err),
+              "refused": refused, "objects": [r.as_json() for r in results], "outputs_dir": str(cfg.outputs_dir)}
+    path = cfg.report_dir / f"emulate-{stamp}-{os.getpid()}.json"
+    write_text_atomic(path, canonical_json(report))
+    write_text_atomic(cfg.report_dir / "latest-emulate.json", canonical_json(report))
+    print(f"report: {path}", file=out)
+    print(f"emulated={len(results)} within={within} outside={len(results) - within} max_err={max_err:.3g}",
+          file=out)
+    return 0 if results and within == len(results) else 1
