@@ -21,6 +21,7 @@ from typing import TextIO
 
 from farm.core.atomic import write_text_atomic
 from farm.core.canonical import canonical_json
+from farm.emulate.decode import Undecodable
 from farm.emulate.launch import NotLaunchable, load
 from farm.emulate.memory import BoundsError
 from farm.emulate.rmsnorm_check import Outcome, check
@@ -94,7 +95,7 @@ def emulate_row(cfg: FarmConfig, row: Row) -> ObjectResult:
     started = time.monotonic()
     try:
         result.outcomes = check(load(data), row.op, row.knobs)
-    except (NotLaunchable, Unsupported, BoundsError) as exc:
+    except (NotLaunchable, Undecodable, Unsupported, BoundsError) as exc:
         result.stopped = f"{type(exc).__name__}: {exc}"
     result.seconds = time.monotonic() - started
     return result

@@ -79,7 +79,7 @@ def decode(code: bytes | memoryview, address: int) -> Instruction:
     if len(code) < 4:
         raise Undecodable(f"code ends inside the instruction at {address:#x}")
     first = struct.unpack_from("<I", code)[0]
-    encoding, opcode, base_words = _encoding(first)
+    encoding, opcode, base_words = _encoding(first, address)
     table = _TABLES[encoding]
     words = list(struct.unpack_from(f"<{base_words}I", _need(code, 4 * base_words, address)))
     name_y = None
@@ -124,7 +124,7 @@ def _need(code: bytes | memoryview, length: int, address: int) -> bytes | memory
     return code
 
 
-def _encoding(word: int) -> tuple[str, int, int]:
+def _encoding(word: int, address: int) -> tuple[str, int, int]:
     """(encoding, opcode, dwords before any literal or DPP control) from the first dword."""
     if word >> 23 == 0x17D:
         return "SOP1", word >> 8 & 0xFF, 1
@@ -156,7 +156,7 @@ def _encoding(word: int) -> tuple[str, int, int]:
         return "MUBUF", word >> 18 & 0xFF, 2
     if word >> 26 == 0x37:
         return "FLAT", word >> 18 & 0x7F, 2
-    raise Undecodable(f"no known encoding for the word {word:#010x}")
+    raise Undecodable(f"no known encoding for the word {word:#010x} at {address:#x}")
 
 
 def _extra_dwords(encoding: str, words: list[int]) -> list[str]:

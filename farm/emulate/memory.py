@@ -130,7 +130,12 @@ class Lds:
         return out
 
     def store(self, addresses: np.ndarray, values: np.ndarray, active: np.ndarray) -> None:
+        """One dword per active lane; lanes storing to the same dword: the highest lane wins."""
         self._check(addresses, 4, active)
-        for lane in np.flatnonzero(active):
+        lanes = np.flatnonzero(active)
+        if len(self.data) % 4 == 0 and not np.any(addresses[lanes] % 4):
+            self.data.view(np.uint32)[addresses[lanes] // 4] = values[lanes]
+            return
+        for lane in lanes:
             at = int(addresses[lane])
             self.data[at:at + 4] = np.frombuffer(int(values[lane]).to_bytes(4, "little"), dtype=np.uint8)

@@ -22,8 +22,10 @@ def fields_of(inst: Instruction) -> Fields:
     return fields(inst)
 
 
-def step(wave: Wave, inst: Instruction, memory: Memory | None = None, lds: Lds | None = None) -> None:
-    f = fields_of(inst)
+def step(wave: Wave, inst: Instruction, memory: Memory | None = None, lds: Lds | None = None,
+         f: Fields | None = None) -> None:
+    """`f`: the instruction's fields when the caller keeps them (a launch reads each instruction's once)."""
+    f = f or fields_of(inst)
     jumped = False
     try:
         if inst.encoding in SCALAR_ENCODINGS:

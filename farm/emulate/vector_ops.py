@@ -17,7 +17,7 @@ import numpy as np
 from farm.emulate.decode import Instruction
 from farm.emulate.fields import VGPR_BASE, Fields
 from farm.emulate.floats import U32, as_f32, bits_of, f16_to_f32, f32_to_f16, fma_odd, modify_f32
-from farm.emulate.wave import EXEC_LO, LANES, VCC_LO, Unsupported, Wave, dpp_lanes
+from farm.emulate.wave import ALL_LANES, EXEC_LO, LANES, VCC_LO, Unsupported, Wave, dpp_lanes
 
 HALF_HIGH = 0x80  # a 16-bit VGPR operand of a 32-bit-encoded instruction: bit 7 of the register number is .h
 
@@ -156,7 +156,7 @@ def run_vector(wave: Wave, inst: Instruction, f: Fields) -> None:
 def _read(wave: Wave, inst: Instruction, f: Fields, index: int, half: bool, is_float: bool,
           ) -> tuple[U32, np.ndarray]:
     """Source `index` for every lane, modifiers applied, and the lanes whose read was valid (DPP)."""
-    valid = np.ones(LANES, bool)
+    valid = ALL_LANES
     code = f.src[index]
     abs_ = neg = False
     if inst.dpp is not None and half:
@@ -196,7 +196,7 @@ def _dpp_source(wave: Wave, control_word: int) -> tuple[U32, np.ndarray]:
     valid = inside & (wave.exec_mask[lanes] | fetch_inactive)
     if bound_zero:
         values = np.where(valid, values, np.uint32(0)).astype(np.uint32)
-        return values, np.ones(LANES, bool)
+        return values, ALL_LANES
     return values, valid
 
 
@@ -263,7 +263,7 @@ def _permlanex16(wave: Wave, inst: Instruction, f: Fields) -> None:
     fetch_inactive, bound_zero = bool(f.opsel & 1), bool(f.opsel >> 1 & 1)
     valid = wave.exec_mask[sources] | fetch_inactive
     if bound_zero:
-        values, valid = np.where(valid, values, np.uint32(0)).astype(np.uint32), np.ones(LANES, bool)
+        values, valid = np.where(valid, values, np.uint32(0)).astype(np.uint32), ALL_LANES
     wave.write_vgpr(f.dst, values, wave.exec_mask & valid)
 
 
@@ -316,7 +316,7 @@ def _div_scale(wave: Wave, inst: Instruction, f: Fields) -> None:
         quotient = bits_of((n2 / n1).astype(np.float32))
     gap = _exponent(s2).astype(np.int64) - _exponent(s1).astype(np.int64)
     result, vcc = s0.copy(), np.zeros(LANES, bool)
-    undecided = np.ones(LANES, bool)
+    undecided = np.ones(LANES, dtype=bool)
 
     def case(when: np.ndarray, value: U32 | None, flag: bool) -> None:
         nonlocal result

@@ -30,6 +30,12 @@ _F16 = {240: 0x3800, 241: 0xB800, 242: 0x3C00, 243: 0xBC00, 244: 0x4000, 245: 0x
         247: 0xC400, 248: 0x3118}
 
 
+MASK_CACHE_SIZE = 4096
+_MASKS: dict[int, np.ndarray] = {}
+ALL_LANES = np.ones(LANES, dtype=bool)
+ALL_LANES.flags.writeable = False
+
+
 class Unsupported(RuntimeError):
     """Something the model does not implement, named with the instruction's address: the run stops."""
 
@@ -47,12 +53,20 @@ class Wave:
 
     @property
     def exec_mask(self) -> np.ndarray:
+        """EXEC as 32 booleans (read-only: shared between calls while EXEC does not change)."""
         return self.mask_of(int(self.sgpr[EXEC_LO]))
 
     @staticmethod
     def mask_of(value: int) -> np.ndarray:
-        """A 32-bit lane mask as 32 booleans, lane 0 first."""
-        return (value >> np.arange(LANES, dtype=np.uint64) & 1).astype(bool)
+        """A 32-bit lane mask as 32 booleans, lane 0 first (read-only, remembered per value: a kernel uses a
+        handful of masks millions of times)."""
+        mask = _MASKS.get(value)
+        if mask is None:
+            mask = (value >> np.arange(LANES, dtype=np.uint64) & 1).astype(bool)
+            mask.flags.writeable = False
+            if len(_MASKS) < MASK_CACHE_SIZE:
+                _MASKS[value] = mask
+        return mask
 
     @staticmethod
     def bits_of(mask: np.ndarray) -> int:
@@ -111,7 +125,10 @@ class Wave:
     def write_vgpr(self, reg: int, values: U32, mask: np.ndarray) -> None:
         if reg >= len(self.vgpr):
             raise Unsupported(f"v{reg} is beyond the {len(self.vgpr)} VGPRs the kernel allocates")
-        self.vgpr[reg] = np.where(mask, values, self.vgpr[reg]).astype(np.uint32)
+        if mask.all():
+            self.vgpr[reg] = values
+        else:
+            np.copyto(self.vgpr[reg], values, where=mask, casting="unsafe")
 
 
 def dpp_lanes(control: int) -> tuple[np.ndarray, np.ndarray]:
@@ -121,7 +138,7 @@ def dpp_lanes(control: int) -> tuple[np.ndarray, np.ndarray]:
     row_start, in_row = lane & ~15, lane & 15
     if control <= 0xFF:  # quad_perm: each lane picks one lane of its quad
         pick = np.array([control >> 2 * i & 3 for i in range(4)])
-        return (lane & ~3) + pick[lane & 3], np.ones(LANES, bool)
+        return (lane & ~3) + pick[lane & 3], ALL_LANES
     kind, n = control & ~0xF, control & 0xF
     if kind == 0x100 and n:  # row_shl: lane i reads i + n of its row
         source = in_row + n
@@ -130,13 +147,13 @@ def dpp_lanes(control: int) -> tuple[np.ndarray, np.ndarray]:
         source = in_row - n
         return row_start + np.maximum(source, 0), source >= 0
     if kind == 0x120 and n:  # row_ror: rotate right within the row
-        return row_start + ((in_row - n) & 15), np.ones(LANES, bool)
+        return row_start + ((in_row - n) & 15), ALL_LANES
     if control == 0x140:  # row_mirror
-        return row_start + 15 - in_row, np.ones(LANES, bool)
+        return row_start + 15 - in_row, ALL_LANES
     if control == 0x141:  # row_half_mirror
-        return (lane & ~7) + 7 - (lane & 7), np.ones(LANES, bool)
+        return (lane & ~7) + 7 - (lane & 7), ALL_LANES
     if kind == 0x150:  # row_share: every lane reads lane n of its row
-        return row_start + n, np.ones(LANES, bool)
+        return row_start + n, ALL_LANES
     if kind == 0x160:  # row_xmask: lane i reads i xor n within its row
-        return row_start + (in_row ^ n), np.ones(LANES, bool)
+        return row_start + (in_row ^ n), ALL_LANES
     raise Unsupported(f"DPP control {control:#x}")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from farm.emulate.decode import decode_all
+from farm.emulate.fields import fields
 from farm.emulate.launch import Kernel, Program
 from farm.emulate.memory import Lds, Memory
 from farm.emulate.step import step
@@ -38,7 +39,7 @@ class Runner:
         self.kernel = kernel
         start = kernel.entry - program.text_address
         code = program.text[start:]
-        self.code = {inst.address: inst for inst in decode_all(code, kernel.entry)}
+        self.code = {inst.address: (inst, fields(inst)) for inst in decode_all(code, kernel.entry)}
         self.steps = 0
 
     def run(self, launch: Launch, memory: Memory) -> None:
@@ -89,15 +90,16 @@ class Runner:
     def _until_barrier(self, wave: Wave, memory: Memory, lds: Lds) -> int:
         steps = 0
         while not wave.done:
-            inst = self.code.get(wave.pc)
-            if inst is None:
+            found = self.code.get(wave.pc)
+            if found is None:
                 raise Unsupported(f"the program counter {wave.pc:#x} is not at an instruction")
+            inst, f = found
             steps += 1
             if inst.name == "s_barrier":
                 wave.pc += inst.size
                 wave.at_barrier = True
                 return steps
-            step(wave, inst, memory, lds)
+            step(wave, inst, memory, lds, f)
             if steps > MAX_STEPS:
                 return steps
         return steps
