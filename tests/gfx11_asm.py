@@ -13,6 +13,7 @@ from conftest import REPO
 from elftools.elf.elffile import ELFFile
 
 from farm.emulate.decode import Instruction, decode_all
+from farm.emulate.memory import Lds, Memory
 from farm.emulate.step import run_program
 from farm.emulate.wave import Wave
 from farm.table.config import load as load_config
@@ -50,5 +51,5 @@ def run(source: str, sgpr: dict[int, int] | None = None, vgpr: dict[int, list[in
     for reg, values in (vgpr or {}).items():
         wave.vgpr[reg] = np.array(values, dtype=np.uint64).astype(np.uint32) if isinstance(values, list) \
             else values & 0xFFFFFFFF
-    run_program(wave, instructions(source + "\ns_endpgm"))
+    run_program(wave, instructions(source + "\ns_endpgm"), Memory(), Lds.of_size(0))
     return wave

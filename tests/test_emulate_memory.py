@@ -36,9 +36,11 @@ def test_scalar_loads_read_the_kernel_arguments() -> None:
     memory = Memory()
     at = memory.allocate("kernarg", struct.pack("<IIIIf", 7, 8, 9, 10, 0.5) + bytes(12))
     wave = wave_with({0: at & 0xFFFFFFFF, 1: at >> 32})
-    run_program(wave, instructions("s_load_b128 s[4:7], s[0:1], 0x0\ns_load_b32 s8, s[0:1], 0x10\ns_endpgm"),
-                memory, Lds.of_size(0))
+    program = "s_load_b128 s[4:7], s[0:1], 0x0\ns_load_b32 s8, s[0:1], 0x10\ns_load_b256 s[12:19], s[0:1], 0x0\n" \
+              "s_load_b64 s[20:21], s[0:1], 0x8\ns_endpgm"
+    run_program(wave, instructions(program), memory, Lds.of_size(0))
     assert [int(v) for v in wave.sgpr[4:9]] == [7, 8, 9, 10, 0x3F000000]
+    assert [int(v) for v in wave.sgpr[12:22]] == [7, 8, 9, 10, 0x3F000000, 0, 0, 0, 9, 10]
     wave = wave_with({0: at & 0xFFFFFFFF, 1: at >> 32})
     with pytest.raises(BoundsError, match="s_load_b32"):
         run_program(wave, instructions("s_load_b32 s8, s[0:1], 0x20\ns_endpgm"), memory, Lds.of_size(0))
@@ -52,6 +54,7 @@ def test_raw_buffer_reads_zero_and_drops_stores_past_num_records() -> None:
     wave = wave_with(descriptor_sgprs(at, 40), {0: (np.arange(32) * 4).astype(np.uint32)})
     program = "buffer_load_b32 v1, v0, s[4:7], 0 offen\nbuffer_load_b128 v[2:5], v0, s[4:7], 0 offen offset:4\n" \
               "v_mov_b32 v6, 7\nbuffer_store_b32 v6, v0, s[4:7], 0 offen\ns_endpgm"
+    # the b128 store below: dword i of lane l at byte 16*l + 4*i; NUM_RECORDS 40 keeps dwords 0-9 only
     run_program(wave, instructions(program), memory, Lds.of_size(0))
     lane = np.arange(32)
     assert wave.vgpr[1].tolist() == np.where(lane < 10, 100 + lane, 0).tolist()
@@ -59,6 +62,10 @@ def test_raw_buffer_reads_zero_and_drops_stores_past_num_records() -> None:
         assert wave.vgpr[2 + i].tolist() == np.where(lane + 1 + i < 10, 101 + lane + i, 0).tolist()
     stored = memory.contents(at).view(np.uint32)
     assert stored[:10].tolist() == [7] * 10 and stored[10:].tolist() == list(range(110, 164))
+    wave = wave_with(descriptor_sgprs(at, 40), {0: (np.arange(32) * 16).astype(np.uint32),
+                                                **{r: np.full(32, 50 + r, np.uint32) for r in range(2, 6)}})
+    run_program(wave, instructions("buffer_store_b128 v[2:5], v0, s[4:7], 0 offen\ns_endpgm"), memory, Lds.of_size(0))
+    assert memory.contents(at).view(np.uint32)[:12].tolist() == [52, 53, 54, 55] * 2 + [52, 53, 110, 111]
     # a descriptor that claims more than the buffer holds: the access past the real end is a bounds error
     wave = wave_with(descriptor_sgprs(at, 4096), {0: np.full(32, 256, np.uint32)})
     with pytest.raises(BoundsError, match="buffer_load_b32"):

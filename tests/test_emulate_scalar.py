@@ -3,9 +3,13 @@ here from the ISA guide's description (32-bit wrap, SCC as carry, borrow, overfl
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from gfx11_asm import run
 
+from farm.emulate import decode as d
 from farm.emulate.decode import Undecodable
 
 M32 = 0xFFFFFFFF
@@ -72,3 +76,48 @@ def test_saveexec_and_branches() -> None:
     vcc = "s_cbranch_vccz 1\ns_mov_b32 s3, 9\ns_endpgm"
     assert int(run(vcc, sgpr={106: 0}).sgpr[3]) == 0
     assert int(run(vcc, sgpr={106: 4}).sgpr[3]) == 9
+
+
+def test_every_branch_kind() -> None:
+    skip = "{}\ns_mov_b32 s3, 9\ns_endpgm"  # the branch, when taken, skips the move
+    cases = [("s_branch 1", {}, 0, True),
+             ("s_cbranch_scc0 1", {}, 0, True), ("s_cbranch_scc0 1", {}, 1, False),
+             ("s_cbranch_vccnz 1", {106: 2}, 0, True), ("s_cbranch_vccnz 1", {106: 0}, 0, False),
+             ("s_cbranch_execz 1", {126: 0}, 0, True), ("s_cbranch_execz 1", {}, 0, False)]
+    for branch, sgpr, scc, taken in cases:
+        wave = run(skip.format(branch), sgpr=sgpr, scc=bool(scc), exec_mask=sgpr.get(126, 0xFFFFFFFF))
+        assert int(wave.sgpr[3]) == (0 if taken else 9), branch
+
+
+PACING = """s_nop 3
+s_clause 0x2
+s_delay_alu instid0(VALU_DEP_1)
+s_waitcnt_depctr 0xfffe
+s_waitcnt_vscnt null, 0x0
+s_waitcnt vmcnt(0) lgkmcnt(0)
+s_set_inst_prefetch_distance 0x1
+buffer_gl0_inv
+s_sendmsg sendmsg(MSG_DEALLOC_VGPRS)"""
+
+
+def test_instructions_that_only_pace_execution_change_nothing() -> None:
+    wave = run(PACING, sgpr={i: 1000 + i for i in range(20)}, vgpr={0: list(range(32))}, scc=True)
+    assert [int(v) for v in wave.sgpr[:20]] == [1000 + i for i in range(20)]
+    assert wave.vgpr[0].tolist() == list(range(32)) and not wave.vgpr[1:].any() and wave.scc
+    with pytest.raises(Exception, match="s_sendmsg 0x1"):  # any other message: not modelled
+        run("s_sendmsg sendmsg(MSG_INTERRUPT)")
+    with pytest.raises(Exception, match="s_code_end"):  # padding after the code is never executed
+        run("s_code_end")
+
+
+def test_every_known_mnemonic_has_a_unit_test() -> None:
+    """The decoder's table is the list of what the model implements; each name must be run by a test here."""
+    names = set()
+    for table in (d.SOP1, d.SOP2, d.SOPC, d.SOPK, d.SOPP, d.SMEM, d.VOP1, d.VOP2, d.VOPC, d.VOP3_OWN, d.VOP3P,
+                  d.VOPD_X, d.VOPD_Y, d.DS, d.MUBUF, d.FLAT):
+        names |= set(table.values())
+    here = Path(__file__).parent
+    text = "".join((here / f"test_emulate_{n}.py").read_text() for n in ("scalar", "vector", "memory"))
+    text = text.replace("\\n", " ")
+    untested = sorted(n for n in names if not re.search(rf"(?<![a-z0-9_]){n}(_e32|_e64|_dpp)?(?![a-z0-9_])", text))
+    assert not untested, untested

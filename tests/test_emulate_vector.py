@@ -156,9 +156,11 @@ def test_reciprocal_and_square_root_are_within_one_ulp() -> None:
 
 def test_compares_write_a_lane_mask() -> None:
     a = [bits(float(i)) for i in range(LANES)]
-    wave = run("v_cmp_lt_f32 vcc_lo, v0, v1\nv_cmp_gt_f32_e64 s4, v0, v1\nv_cmp_u_f32_e64 s5, v0, v2",
+    wave = run("v_cmp_lt_f32 vcc_lo, v0, v1\nv_cmp_gt_f32_e64 s4, v0, v1\nv_cmp_u_f32_e64 s5, v0, v2\n"
+               "v_cmp_ge_f32_e64 s6, v0, v1",
                vgpr={0: a, 1: bits(10.0), 2: [0x7FC00000] + [0] * 31}, exec_mask=0x7FFFFFFF)
     assert int(wave.sgpr[106]) == (1 << 10) - 1
+    assert int(wave.sgpr[6]) == 0x7FFFFFFF & ~((1 << 10) - 1)
     assert int(wave.sgpr[4]) == 0x7FFFFFFF & ~((1 << 11) - 1)  # lane 31 is inactive: its bit is 0
     assert int(wave.sgpr[5]) == 1
     wave = run("v_cmp_le_i32 vcc_lo, v0, v1\nv_cmp_eq_u32_e64 s4, 3, v1",

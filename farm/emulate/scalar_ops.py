@@ -104,7 +104,7 @@ SOPC: dict[str, Callable[[int, int], bool]] = {
 # Instructions that only order or pace execution: a model that finishes each instruction before starting the
 # next has nothing to wait for.
 NO_EFFECT = {"s_nop", "s_set_inst_prefetch_distance", "s_clause", "s_delay_alu", "s_waitcnt_depctr", "s_waitcnt",
-             "s_waitcnt_vscnt", "buffer_gl0_inv"}
+             "s_waitcnt_vscnt"}
 SENDMSG_DEALLOC_VGPRS = 3  # the one message the kernels send: release VGPRs before s_endpgm (a no-op here)
 
 
