@@ -10,7 +10,7 @@ from farm.assure.elfdiff import main as diff_main
 from farm.assure.golden import drift as golden_drift
 from farm.cli.parser import Invocation
 from farm.cli.selection import load, selected_rows
-from farm.emulate.command import emulate
+from farm.emulate.command import emulate, read_objects
 from farm.store.lock import command_line, lock_wait, tree_lock
 from farm.store.preflight import require_writable
 
@@ -37,11 +37,13 @@ def cmd_audit(inv: Invocation) -> int:
 
 
 def cmd_emulate(inv: Invocation) -> int:
-    """farm emulate [selection]: the objects as outputs/ holds them, under a shared hold of the tree's lock."""
+    """farm emulate [selection]: the objects as outputs/ holds them, read under a shared hold of the tree's
+    lock (a build never half-way through a batch), then emulated without holding it."""
     cfg = load(inv.words)
     rows, _ = selected_rows(cfg)
     with tree_lock(cfg.outputs_dir, command_line(), shared=True, wait_s=lock_wait(cfg)):
-        return emulate(cfg, rows, sys.stdout)
+        objects = read_objects(cfg, rows)
+    return emulate(cfg, rows, objects, sys.stdout)
 
 
 def cmd_diff(inv: Invocation) -> int:

@@ -84,10 +84,19 @@ def refusal(row: Row) -> str | None:
     return None
 
 
-def emulate_row(cfg: FarmConfig, row: Row) -> ObjectResult:
+def read_objects(cfg: FarmConfig, rows: list[Row]) -> dict[str, bytes | None]:
+    """The bytes of each selected object the model runs (None: not there as a regular file; never read
+    through a symlink). The caller holds the tree's lock only for this, not for the emulation."""
+    found: dict[str, bytes | None] = {}
+    for row in rows:
+        if refusal(row) is None:
+            with OutputDir(cfg.outputs_dir, row.op, row.target) as out:
+                found[row.key] = out.read_bytes(row.file_name)
+    return found
+
+
+def emulate_row(cfg: FarmConfig, row: Row, data: bytes | None) -> ObjectResult:
     result = ObjectResult(row.key)
-    with OutputDir(cfg.outputs_dir, row.op, row.target) as out:
-        data = out.read_bytes(row.file_name)  # never through a symlink
     if data is None:
         result.stopped = f"{row.relpath()} is not in {cfg.outputs_dir} (run `farm build` for it)"
         return result
@@ -101,7 +110,8 @@ def emulate_row(cfg: FarmConfig, row: Row) -> ObjectResult:
     return result
 
 
-def emulate(cfg: FarmConfig, rows: list[Row], out: TextIO) -> int:
+def emulate(cfg: FarmConfig, rows: list[Row], objects: dict[str, bytes | None], out: TextIO) -> int:
+    """`objects`: from `read_objects`, keyed by row."""
     started = time.monotonic()
     results: list[ObjectResult] = []
     refused = []
@@ -111,7 +121,7 @@ def emulate(cfg: FarmConfig, rows: list[Row], out: TextIO) -> int:
             refused.append(row.key)
             print(why, file=out)
             continue
-        result = emulate_row(cfg, row)
+        result = emulate_row(cfg, row, objects.get(row.key))
         print(result.line(), file=out, flush=True)
         results.append(result)
     within = sum(r.within for r in results)
