@@ -155,9 +155,12 @@ def run_vector(wave: Wave, inst: Instruction, f: Fields) -> None:
 
 def _read(wave: Wave, inst: Instruction, f: Fields, index: int, half: bool, is_float: bool,
           ) -> tuple[U32, np.ndarray]:
-    """Source `index` for every lane, modifiers applied, and the lanes whose read was valid (DPP)."""
+    """Source `index` for every lane, modifiers applied, and the lanes whose read was valid (DPP). The
+    lanes may be a view of the register (callers compute new arrays from them, never write into them)."""
     valid = ALL_LANES
     code = f.src[index]
+    if code >= VGPR_BASE and inst.dpp is None and not half and not ((f.abs | f.neg) >> index & 1):
+        return wave.vgpr[code - VGPR_BASE], valid  # the common case: a plain VGPR
     abs_ = neg = False
     if inst.dpp is not None and half:
         raise Unsupported(f"{inst.name} at {inst.address:#x}: DPP on a 16-bit operand")
@@ -201,6 +204,8 @@ def _dpp_source(wave: Wave, control_word: int) -> tuple[U32, np.ndarray]:
 
 
 def _write_mask(wave: Wave, inst: Instruction, valid: np.ndarray) -> np.ndarray:
+    if inst.dpp is None and valid is ALL_LANES:
+        return wave.exec_mask
     mask = wave.exec_mask & valid
     if inst.dpp is not None:  # rows and banks (groups of 4 lanes in a row) the DPP masks leave out
         lane = np.arange(LANES)

@@ -34,6 +34,7 @@ MASK_CACHE_SIZE = 4096
 _MASKS: dict[int, np.ndarray] = {}
 ALL_LANES = np.ones(LANES, dtype=bool)
 ALL_LANES.flags.writeable = False
+_BROADCAST: dict[int, np.ndarray] = {}
 
 
 class Unsupported(RuntimeError):
@@ -120,12 +121,19 @@ class Wave:
         whose float inline constants are binary16)."""
         if code >= VGPR_BASE:
             return self.vgpr[code - VGPR_BASE].copy()
-        return np.full(LANES, self.scalar(code, literal, half), dtype=np.uint32)
+        value = self.scalar(code, literal, half)
+        lanes = _BROADCAST.get(value)
+        if lanes is None:  # one read-only array per value: addresses and constants repeat across a launch
+            lanes = np.full(LANES, value, dtype=np.uint32)
+            lanes.flags.writeable = False
+            if len(_BROADCAST) < MASK_CACHE_SIZE:
+                _BROADCAST[value] = lanes
+        return lanes
 
     def write_vgpr(self, reg: int, values: U32, mask: np.ndarray) -> None:
         if reg >= len(self.vgpr):
             raise Unsupported(f"v{reg} is beyond the {len(self.vgpr)} VGPRs the kernel allocates")
-        if mask.all():
+        if mask is FULL or mask.all():  # the common case: every lane written
             self.vgpr[reg] = values
         else:
             np.copyto(self.vgpr[reg], values, where=mask, casting="unsafe")
@@ -157,3 +165,6 @@ def dpp_lanes(control: int) -> tuple[np.ndarray, np.ndarray]:
     if kind == 0x160:  # row_xmask: lane i reads i xor n within its row
         return row_start + (in_row ^ n), ALL_LANES
     raise Unsupported(f"DPP control {control:#x}")
+
+
+FULL = Wave.mask_of(0xFFFFFFFF)  # EXEC with every lane on: the one object mask_of returns for it
