@@ -160,3 +160,12 @@ def test_workgroup_ids_and_a_partial_last_wave() -> None:
     Runner(program, kernel).run(Launch(kernel, (3, 1, 1), (40, 1, 1), kernarg), memory)
     got = memory.contents(out).view(np.uint32).reshape(3, 48)
     assert got[:, :40].tolist() == [[g] * 40 for g in range(3)] and not got[:, 40:].any()
+
+
+def test_sizes_past_the_hardware_are_refused_before_anything_is_allocated() -> None:
+    program, kernel = _kernel("s_endpgm", 1 << 30, 64)  # a descriptor asking for 1 GiB of LDS
+    with pytest.raises(Unsupported, match="bytes of LDS"):
+        Runner(program, kernel)
+    program, kernel = _kernel("s_endpgm", 0, 64)
+    with pytest.raises(Unsupported, match="a workgroup of 4096 work-items"):
+        Runner(program, kernel).run(Launch(kernel, (1, 1, 1), (4096, 1, 1), 0), Memory())

@@ -21,6 +21,9 @@ from farm.emulate.wave import EXEC_LO, LANES, Unsupported, Wave
 
 VGPR_GRANULE_WAVE32 = 8  # COMPUTE_PGM_RSRC1.GRANULATED_WORKITEM_VGPR_COUNT counts blocks of 8 in wave32
 MAX_STEPS = 5_000_000  # per workgroup: a kernel that never ends is an error, not a hang
+MAX_LDS_BYTES = 65536  # RDNA3's LDS per workgroup
+MAX_KERNARG_BYTES = 4096
+MAX_WORKGROUP = 1024  # work-items per workgroup
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ class Runner:
         size = launch.workgroup[0] * launch.workgroup[1] * launch.workgroup[2]
         if launch.workgroup[1:] != (1, 1):
             raise Unsupported("only one-dimensional workgroups are modelled")
+        if not 0 < size <= MAX_WORKGROUP:
+            raise Unsupported(f"a workgroup of {size} work-items (at most {MAX_WORKGROUP})")
         waves = [self._new_wave(launch, group, first, size) for first in range(0, size, LANES)]
         steps = 0
         while True:
@@ -118,3 +123,13 @@ def _check_supported(kernel: Kernel) -> None:
                           "denormals kept)")
     if not d.ieee_mode:
         raise Unsupported(f"{kernel.name}: only IEEE mode is modelled")
+    # The object is data: sizes past what the hardware allows are refused before anything is allocated.
+    if d.group_segment_bytes > MAX_LDS_BYTES:
+        raise Unsupported(f"{kernel.name}: {d.group_segment_bytes} bytes of LDS (RDNA3 has {MAX_LDS_BYTES} per "
+                          "workgroup)")
+    if d.kernarg_bytes > MAX_KERNARG_BYTES:
+        raise Unsupported(f"{kernel.name}: {d.kernarg_bytes} bytes of kernel arguments (the model takes at most "
+                          f"{MAX_KERNARG_BYTES})")
+    size = kernel.workgroup_size
+    if size is not None and not all(0 < n <= MAX_WORKGROUP for n in size):
+        raise Unsupported(f"{kernel.name}: workgroup size {size} (each dimension 1..{MAX_WORKGROUP})")
