@@ -62,7 +62,10 @@ def _buffer(wave: Wave, inst: Instruction, f: Fields, memory: Memory, kind: str,
     if f.idxen or stride or add_tid or oob_select != RAW_OOB_SELECT:
         raise Unsupported(f"{_where(inst)}: a buffer that is not raw (stride {stride}, idxen {f.idxen}, "
                           f"add_tid {add_tid}, OOB_SELECT {oob_select})")
-    offset = np.full(32, f.imm + wave.scalar(f.soffset, inst.literal), dtype=np.int64)
+    soffset = wave.scalar(f.soffset, inst.literal)
+    if soffset:  # whether a scalar offset counts against NUM_RECORDS is not pinned down here: stop
+        raise Unsupported(f"{_where(inst)}: a non-zero scalar offset ({soffset:#x}) in a buffer access")
+    offset = np.full(32, f.imm, dtype=np.int64)
     if f.offen:
         offset += wave.vgpr[f.addr].astype(np.int64)
     active = wave.exec_mask

@@ -43,7 +43,6 @@ class Runner:
         start = kernel.entry - program.text_address
         code = program.text[start:]
         self.code = {inst.address: (inst, fields(inst)) for inst in decode_all(code, kernel.entry)}
-        self.steps = 0
 
     def run(self, launch: Launch, memory: Memory) -> None:
         gx, gy, gz = launch.grid
