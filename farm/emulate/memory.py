@@ -60,10 +60,6 @@ class Memory:
         allocation, offset = self._find(address, size, what)
         return allocation.data[offset:offset + size].tobytes()
 
-    def write(self, address: int, data: bytes, what: str = "a store") -> None:
-        allocation, offset = self._find(address, len(data), what)
-        allocation.data[offset:offset + len(data)] = np.frombuffer(data, dtype=np.uint8)
-
     def gather(self, addresses: np.ndarray, size: int, active: np.ndarray, what: str) -> np.ndarray:
         """Per active lane, `size` (1, 2 or 4) bytes at its address as one little-endian value (0 elsewhere)."""
         out = np.zeros(len(addresses), dtype=np.uint32)

@@ -3,8 +3,6 @@ the pc moves past it unless a taken branch set it."""
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from farm.emulate.decode import Instruction
 from farm.emulate.fields import Fields, fields
 from farm.emulate.memory import Lds, Memory
@@ -17,15 +15,8 @@ SCALAR_ENCODINGS = {"SOP1", "SOP2", "SOPC", "SOPK", "SOPP"}
 VECTOR_ENCODINGS = {"VOP1", "VOP2", "VOPC", "VOP3", "VOP3P", "VOPD"}
 
 
-@lru_cache(maxsize=65536)
-def fields_of(inst: Instruction) -> Fields:
-    return fields(inst)
-
-
-def step(wave: Wave, inst: Instruction, memory: Memory | None = None, lds: Lds | None = None,
-         f: Fields | None = None) -> None:
-    """`f`: the instruction's fields when the caller keeps them (a launch reads each instruction's once)."""
-    f = f or fields_of(inst)
+def step(wave: Wave, inst: Instruction, f: Fields, memory: Memory | None = None, lds: Lds | None = None) -> None:
+    """`f`: the instruction's fields (`fields(inst)`), read once per instruction by the caller."""
     jumped = False
     try:
         if inst.encoding in SCALAR_ENCODINGS:
@@ -46,11 +37,11 @@ def step(wave: Wave, inst: Instruction, memory: Memory | None = None, lds: Lds |
 def run_program(wave: Wave, program: list[Instruction], memory: Memory | None = None, lds: Lds | None = None,
                 limit: int = 100_000) -> None:
     """Runs a list of instructions from its first until s_endpgm or its end (unit tests' programs)."""
-    at = {inst.address: inst for inst in program}
+    at = {inst.address: (inst, fields(inst)) for inst in program}
     wave.pc = program[0].address
     for _ in range(limit):
-        inst = at.get(wave.pc)
-        if inst is None or wave.done:
+        found = at.get(wave.pc)
+        if found is None or wave.done:
             return
-        step(wave, inst, memory, lds)
+        step(wave, *found, memory, lds)
     raise Unsupported(f"no s_endpgm after {limit} instructions")

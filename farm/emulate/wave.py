@@ -15,7 +15,6 @@ from farm.emulate.floats import U32
 
 LANES = 32
 VCC_LO = 106
-M0 = 125
 EXEC_LO = 126
 SCC = 253
 TTMP_FIRST, TTMP_LAST = 108, 123

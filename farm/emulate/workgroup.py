@@ -103,7 +103,7 @@ class Runner:
                 wave.pc += inst.size
                 wave.at_barrier = True
                 return steps
-            step(wave, inst, memory, lds, f)
+            step(wave, inst, f, memory, lds)
             if steps > MAX_STEPS:
                 return steps
         return steps
