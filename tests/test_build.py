@@ -82,6 +82,10 @@ def test_noop_build_compiles_nothing(built: Path) -> None:
     assert "built 0, failed 0, up to date 30" in proc.stderr and "report: none (nothing to do)" in proc.stderr
     assert sorted((built / ".farm" / "reports").iterdir()) == reports  # a no-op build adds no report
     assert tree_bytes(built / "outputs") == before
+    # Nothing to compile: Ray (~0.7 s to import) is never imported.
+    timed = run_farm(built, "build", env={"PYTHONPROFILEIMPORTTIME": "1"}, check=True)
+    imported = {line.rsplit("|", 1)[1].strip() for line in timed.stderr.splitlines() if line.startswith("import time:")}
+    assert "farm.build" in imported and "ray" not in imported
 
 
 def test_rebuild_elsewhere_is_byte_identical(built: Path, tmp_path: Path) -> None:
