@@ -131,8 +131,9 @@ def _worker(args: list[str]) -> int:
     if way == "isolated":
         found = run_isolated(requests, kernels)
     else:
+        # The rows' directories go beside the job, under the directory the run prints.
         found = run_batch(requests if way == "batch" else list(reversed(requests)), kernels,
-                          Path(tempfile.mkdtemp(prefix=f"farm-history-{way}-")))
+                          Path(job_path).with_suffix(".rows"))
     Path(out).write_text(json.dumps({k: v.__dict__ for k, v in found.items()}))
     return 0
 
