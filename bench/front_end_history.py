@@ -24,11 +24,13 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from fresh_compile import private_env
+
+from farm.assure import golden as golden_mod
 from farm.build import compile_request
 from farm.contract import CompileJob, CompileRequest
 from farm.plan.sources import collect
@@ -53,7 +55,7 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _front_end_seconds(phases: list[tuple[float, str]]) -> float:
+def _front_end_seconds(phases: list[list]) -> float:
     """This row's front end: from its (last) front_end switch to the next (a process that compiled several rows
     keeps every row's switches in its timeline)."""
     last = max(i for i, (_, name) in enumerate(phases) if name == "front_end")
@@ -82,10 +84,8 @@ def run_isolated(requests: list[CompileRequest], kernels: Path) -> dict[str, Row
 
 def run_batch(requests: list[CompileRequest], kernels: Path, scratch: Path) -> dict[str, RowOutcome]:
     """Every row traced in this one process, each row's codegen in a fork of one codegen server."""
-    from farm.toolchain.linker import write_linker_shim
     from farm.worker import zygote
     from farm.worker.binary_step import SERVER_ENV
-    from farm.worker.environment import child_environment
     from farm.worker.main import main
     from farm.worker.phases import COMPILE_FILE, PHASES_DIR_ENV
     from farm.worker.warm import Zygote
@@ -102,18 +102,15 @@ def run_batch(requests: list[CompileRequest], kernels: Path, scratch: Path) -> d
     try:
         for i, request in enumerate(requests):
             work = scratch / f"row{i:04d}"
-            for sub in ("home", "tmp"):
-                (work / sub).mkdir(parents=True)
-            write_linker_shim(work / "rocm", linker)
+            env = private_env(work, request.target, linker) | {SERVER_ENV: str(servers.binary_socket),
+                                                               PHASES_DIR_ENV: str(work)}
             CompileJob(request, str(kernels)).write(work / "job.json")
-            env = child_environment(work, request.target) | {SERVER_ENV: str(servers.binary_socket),
-                                                             PHASES_DIR_ENV: str(work)}
             os.environ.clear()
             os.environ.update(env)
             tempfile.tempdir = None
             os.chdir(work)
             main([str(work / "job.json"), str(work / "object.bin")])
-            phases = [(at, name) for at, name in json.loads((work / COMPILE_FILE).read_text())]
+            phases = json.loads((work / COMPILE_FILE).read_text())
             found[request.key] = RowOutcome(_sha((work / "object.bin").read_bytes()),
                                             _sha((work / "binary-in.mlir").read_bytes()),
                                             round(_front_end_seconds(phases), 4))
@@ -138,14 +135,6 @@ def _worker(args: list[str]) -> int:
     return 0
 
 
-def _golden(root: Path) -> dict[str, str]:
-    path = root / "outputs.sha256"
-    if not path.is_file():
-        return {}
-    pairs = (line.split(None, 1) for line in path.read_text().splitlines() if line.strip())
-    return {rel.strip(): digest for digest, rel in pairs}
-
-
 def main(args: list[str]) -> int:
     if args[:1] == ["--worker"]:
         return _worker(args[1:])
@@ -159,29 +148,29 @@ def main(args: list[str]) -> int:
     for row in rows:
         groups.setdefault((row.op, row.target), []).append(row)
     work = Path(tempfile.mkdtemp(prefix="farm-history-"))
-    golden = _golden(root)
+    recorded = golden_mod.load(cfg)
+    golden = recorded.sha256 if recorded is not None else {}
 
-    def one(task: tuple[tuple[str, str], str]) -> tuple[tuple[str, str], str, dict[str, RowOutcome], float]:
+    def one(task: tuple[tuple[str, str], str]) -> tuple[tuple[str, str], str, dict[str, RowOutcome]]:
         (op, target), way = task
         chosen = groups[(op, target)][:per_group or None]
         job = work / f"{op}-{target}-{way}.json"
         job.write_text(json.dumps({"kernels": str(cfg.kernels_dir),
                                    "requests": [compile_request(cfg, r).to_json() for r in chosen]}))
         out = job.with_suffix(".out.json")
-        started = time.monotonic()
         proc = subprocess.run([sys.executable, str(HERE), "--worker", way, str(job), str(out)],
                               capture_output=True, text=True, cwd=root)
         if proc.returncode != 0:
             raise SystemExit(f"{op}/{target} {way} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
         found = {k: RowOutcome(**v) for k, v in json.loads(out.read_text()).items()}
-        return (op, target), way, found, time.monotonic() - started
+        return (op, target), way, found
 
     tasks = [(g, way) for g in sorted(groups) for way in WAYS]
     print(f"history: {len(groups)} groups, {sum(len(v[:per_group or None]) for v in groups.values())} rows, "
           f"3 ways, in {work}", flush=True)
     results: dict[tuple[str, str], dict[str, dict[str, RowOutcome]]] = {}
     with ThreadPoolExecutor(max_workers=2) as pool:
-        for group, way, found, _ in pool.map(one, tasks):
+        for group, way, found in pool.map(one, tasks):
             results.setdefault(group, {})[way] = found
             if len(results[group]) == len(WAYS):
                 _print_group(group, results[group], golden, groups)
