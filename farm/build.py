@@ -372,16 +372,16 @@ def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryW
     """Compile `todo` on Ray and write what verifies; returns the number written."""
     if not todo:
         return 0
-    # Imported here, after the check above, not at the top: Ray takes ~0.7 s to import, and a build with
-    # nothing to compile (or one that only re-verifies or restores) never needs it.
-    from farm.execute.executor import RayExecutor
-    from farm.execute.standing import done, for_build, mark_used
+    # Imported here, after the check above: a build with nothing to compile needs none of it. Ray itself
+    # (~0.7 s to import) comes only with a RayExecutor: a build relayed through the standing cluster's
+    # daemon never imports it (farm/execute/relay.py).
+    from farm.execute.choice import done, executor_for, for_build, mark_used
 
     cost = cost or DriverCost()
     rows = {d.row.key: d.row for d in todo}
     standing = for_build(cfg)
     sources = collect(cfg.kernels_dir)
-    with RayExecutor(cfg.executor, cfg.compile_timeout_s, standing) as pool:
+    with executor_for(cfg.executor, cfg.compile_timeout_s, standing) as pool:
         pool.share_sources(sources)
         order = list(reversed(todo)) if cfg.extra.get("row_order") == "reversed" else todo
         verifier_files()  # derived once per process (~0.1 s of source parsing): the build's, not a row's

@@ -35,6 +35,7 @@ def test_standing_cluster_serves_builds_warm_and_stops(built: Path, tmp_path: Pa
         assert "standing cluster up at" in run_farm(project, "cluster", "status", check=True).stdout
         first = run_farm(project, "build", f"targets=[{TARGET}]", check=True)
         assert "using the standing cluster at 127.0.0.1:" in first.stderr
+        assert "rows go through the daemon's build socket: no Ray in this process" in first.stderr
         rows = _report(project)["rows"]
         assert len(rows) == 6 and all(r["ok"] and r["written"] for r in rows)
         # One compiler, warmed when the cluster came up: no row paid the warm-up.
@@ -49,10 +50,15 @@ def test_standing_cluster_serves_builds_warm_and_stops(built: Path, tmp_path: Pa
         for name in objects:
             assert (ours / name).read_bytes() == (theirs / name).read_bytes(), name
 
-        # A second build is served by the same warm compiler (the zygote outlived the first build).
+        # A second build is served by the same warm compiler (the zygote outlived the first build), its row
+        # relayed through the daemon: the build's own process never imports Ray.
         (ours / objects[0]).unlink()
-        second = run_farm(project, "build", f"targets=[{TARGET}]", check=True)
+        second = run_farm(project, "build", f"targets=[{TARGET}]", env={"PYTHONPROFILEIMPORTTIME": "1"}, check=True)
         assert "built 1, failed 0" in second.stderr
+        assert "rows go through the daemon's build socket: no Ray in this process" in second.stderr
+        imported = {line.rsplit("|", 1)[1].strip() for line in second.stderr.splitlines()
+                    if line.startswith("import time:")}
+        assert "farm.execute.relay" in imported and "ray" not in imported
         [row] = _report(project)["rows"]
         assert _pid(row["worker"]) == actor and row["warmup_seconds"] == 0
         assert (ours / objects[0]).read_bytes() == (theirs / objects[0]).read_bytes()
@@ -79,6 +85,7 @@ def test_standing_cluster_serves_builds_warm_and_stops(built: Path, tmp_path: Pa
         time.sleep(0.5)
     assert not daemon.is_running() and not psutil.pid_exists(actor)
     assert not (project / ".farm" / "cluster" / "state.json").exists()
+    assert not Path(state["relay"]).exists()  # its build socket went with it
     assert run_farm(project, "cluster", "status", check=True).stdout.strip() == "no standing cluster is up"
 
 

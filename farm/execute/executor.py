@@ -20,16 +20,10 @@ from farm.execute.compiler import CONCURRENCY, Compiler
 from farm.execute.dispatch import Dispatch
 from farm.execute.local import num_cpus
 from farm.execute.processes import end_leftovers, forget_ray_processes, record_ray_processes
+from farm.execute.settings import BATCH_GATHER_S
 
 log = logging.getLogger(__name__)
 
-# How long the driver lets finished results gather before verifying them as one batch: each batch costs
-# one disassembler process (~35 ms to start) and one manifest flush. With two slots per actor the actors
-# keep compiling meanwhile. Measured on 90 RMSNorm rows (2 cores, standing cluster, alternating rounds):
-# 0.1 s gave 24.6 / 23.8 / 23.6 s, driver 9.6-9.9 ms and disassembler 37-40 ms CPU per row; 1.0 s gave
-# 23.8 / 21.0 / 22.9 s, 7.1-7.8 ms and 12-14 ms; 2.0 s was no faster than 1.0 s. A result waits at most
-# this long before it reaches the manifests (what a resumed build counts as done).
-BATCH_GATHER_S = 1.0
 # How long a build waits for its compile actors to start (processes, and on a cluster the farm's code).
 ACTOR_START_S = 300.0
 # A compile actor of a build's own is not restarted by Ray: the dispatch retries its row elsewhere and

@@ -23,7 +23,6 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 import ray
@@ -35,6 +34,7 @@ from farm.execute import autostart, local, ray_compat, standing_use
 from farm.execute.compiler import CONCURRENCY, Compiler, WarmUp
 from farm.execute.local import num_cpus
 from farm.execute.processes import forget_ray_processes, identity, record_ray_processes, verified
+from farm.execute.relay_server import RelayServer
 from farm.execute.standing_files import (
     RAY_CORE,
     STARTED_BY_BUILD,
@@ -47,6 +47,7 @@ from farm.execute.standing_files import (
     health,
     hold_lock,
     mark_used,
+    read_token,
     running,
     spawn,
     state_dir,
@@ -59,7 +60,7 @@ from farm.table import config as config_mod
 log = logging.getLogger("farm.execute.standing")
 
 # Names the CLI and the build use from here.
-__all__ = ["StandingState", "done", "down", "for_build", "health", "mark_used", "num_cpus", "running", "up"]
+__all__ = ["StandingState", "down", "health", "mark_used", "num_cpus", "running", "up"]
 
 NAMESPACE = "farm-standing"
 ACTOR_PREFIX = "farm-compiler-"
@@ -88,47 +89,6 @@ def drop_token() -> None:
     ray_compat.reload_auth_config()
 
 
-def for_build(cfg: Any) -> StandingState | None:
-    """The standing cluster this build may use, or None (then it starts a private one). With auto-start on
-    and none up, the build starts one (or waits for the one another build is starting); one running older
-    farm code is replaced when no build uses it (farm/execute/autostart.py). While the build uses the
-    cluster it holds the in-use lock (farm/execute/standing_use.py; `done` lets go). Notes go to the log."""
-    if cfg.executor.get("kind") != "local" or not cfg.executor.get("standing", True):
-        return None
-    wanted = num_cpus(cfg.executor)  # a bad value is named here, before anything starts
-    state = running(cfg.root)
-    if not autostart.off_reason(cfg) and (state is None or autostart.stale(state)):
-        state = autostart.wait(cfg)
-    if not state:
-        return None
-    problem = health(state)
-    if problem:
-        log.warning("the standing cluster is not usable: %s; this build starts a private cluster "
-                    "(farm cluster down && farm cluster up restarts it)", problem)
-        return None
-    if autostart.stale(state):
-        autostart.say_stale(cfg, state)
-        return None
-    if wanted and wanted != int(state["num_cpus"]):
-        log.warning("executor.num_cpus=%s but the standing cluster has %s compilers; this build starts a "
-                    "private cluster", wanted, state["num_cpus"])
-        return None
-    if not standing_use.hold(cfg.root, state):
-        log.warning("another build is replacing the standing cluster at %s; this build starts a private cluster",
-                    state["address"])
-        return None
-    mark_used(cfg.root)
-    log.info("using the standing cluster at %s (%s warm compilers; farm cluster down stops it)",
-             state["address"], state["num_cpus"])
-    return state
-
-
-def done(root: Path) -> None:
-    """The build no longer uses the standing cluster: its idle clock starts, and it may be replaced."""
-    mark_used(root)
-    standing_use.release(root)
-
-
 # --- the daemon ---------------------------------------------------------------------------------------
 
 def serve(root: Path, cpus: int, idle_s: float, lock_fd: int, by: str) -> int:
@@ -140,28 +100,34 @@ def serve(root: Path, cpus: int, idle_s: float, lock_fd: int, by: str) -> int:
     where = state_dir(root)
     began = time.monotonic()  # the log says how long each step of the start took
     local.start(cpus, namespace=NAMESPACE)
+    relay: RelayServer | None = None
     log.info("Ray started after %.1f s", time.monotonic() - began)
     try:
         actors = [STANDING_ACTOR.options(name=actor_name(i), lifetime=None).remote() for i in range(cpus)]
         linker = config_mod.load(root, []).toolchain_pin.get("linker")
         warming = [a.warm.remote(linker) for a in actors]
         address = ray.get_runtime_context().gcs_address
+        # Builds send their rows here instead of importing Ray themselves (farm/execute/relay.py).
+        relay = RelayServer(actors, read_token(root), JOIN_TIMEOUT_S)
         # Builds may join before the warm-up ends (a build that started this daemon waits for it): a
         # compile sent now runs after, or itself does, its compiler's warm-up. `farm cluster up` waits
         # for warm=true.
-        _publish(where, _state(root, address, cpus, idle_s, by, warm=False))
+        _publish(where, _state(root, address, cpus, idle_s, by, str(relay.path), warm=False))
         mark_used(root)
         log.info("open to builds after %.1f s", time.monotonic() - began)
         warm: list[WarmUp] = ray.get(warming)
         if not all(w.ready for w in warm):
             raise RuntimeError("a compiler's warm server did not start (see its zygote.log in the farm's "
                                "private temp directory, zygotes/)")
-        state = _state(root, address, cpus, idle_s, by, warm=True)  # now with the zygotes it started
+        # Now with the zygotes it started.
+        state = _state(root, address, cpus, idle_s, by, str(relay.path), warm=True)
         _publish(where, state)
         log.info("up: %s, %d warm compilers after %.1f s", state["address"], cpus, time.monotonic() - began)
         _wait(where, state, stop, idle_s)
     finally:
         (where / STATE_FILE).unlink(missing_ok=True)
+        if relay is not None:
+            relay.close()
         ray.shutdown()
         forget_ray_processes()
     return 0
@@ -171,7 +137,7 @@ def _publish(where: Path, state: StandingState) -> None:
     write_text_atomic(where / STATE_FILE, json.dumps(state, indent=1) + "\n")
 
 
-def _state(root: Path, address: str, cpus: int, idle_s: float, by: str, warm: bool) -> StandingState:
+def _state(root: Path, address: str, cpus: int, idle_s: float, by: str, relay: str, warm: bool) -> StandingState:
     """What `down`, `running` and builds need, with the proof of who is who: the daemon's and every
     Ray process's pid, start time and command line (its descendants now: Ray, workers, zygotes)."""
     me = psutil.Process()
@@ -180,7 +146,7 @@ def _state(root: Path, address: str, cpus: int, idle_s: float, by: str, warm: bo
     return {"pid": me.pid, "daemon": identity(me), "pgid": os.getpgid(0), "processes": processes,
             "ray_core": core, "root": str(root), "address": address, "num_cpus": cpus,
             "generator": generator_digest(), "started_unix": time.time(), "idle_s": idle_s, "warm": warm,
-            "started_by": by}
+            "started_by": by, "relay": relay}
 
 
 def _wait(where: Path, state: StandingState, stop: dict[str, bool], idle_s: float) -> None:

@@ -72,6 +72,7 @@ class StandingState(TypedDict):
     idle_s: float
     warm: bool                  # its compilers' warm-up is done (builds may join before)
     started_by: str             # STARTED_BY_UP or STARTED_BY_BUILD (said when a build replaces it)
+    relay: str | None           # the daemon's build socket (farm/execute/relay.py); absent from older daemons
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,17 @@ def _new_token(where: Path) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(secrets.token_hex(32))
+
+
+def read_token(root: Path) -> bytes:
+    """The cluster's token, which also keys its build socket; only a regular file of this user's, never
+    through a symlink (OSError otherwise)."""
+    fd = os.open(state_dir(root) / TOKEN_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise PermissionError(f"{state_dir(root) / TOKEN_FILE} is not this user's private file")
+        return f.read().strip()
 
 
 def _take_lock(where: Path) -> int | None:

@@ -1,0 +1,176 @@
+"""A build's rows relayed through the standing cluster's daemon, so the build itself never imports Ray.
+
+Importing Ray, joining its cluster and leaving it cost a small rebuild more than a second before and after
+its compiles. The daemon (farm/execute/standing.py) is already joined: it listens on a Unix socket
+(farm/execute/relay_server.py), and a build sends it the kernel sources and its compile requests in one
+`RelayJob`. The daemon runs them on its warm actors through the same dispatch a build would use (same
+retries, same per-row isolation) and streams the results back in batches. Everything else stays in the
+build's own process: verification, writing, manifests and their locks.
+
+The socket is the standing cluster's, keyed with its token: `multiprocessing.connection` checks the key
+both ways before anything is unpickled, so only this user's builds and this user's daemon talk. A daemon
+that does not answer, or an older one without a socket, leaves the build to join Ray directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from multiprocessing.connection import Client, Connection
+from pathlib import Path
+from typing import Any
+
+from farm.contract import CompileRequest, CompileResult
+from farm.core.errors import FarmError
+from farm.execute.settings import BATCH_GATHER_S
+from farm.execute.standing_files import StandingState, read_token
+
+log = logging.getLogger(__name__)
+
+# How long a build waits for the daemon to accept it and check the key both ways: a stopped or stuck
+# daemon costs this, then the build joins Ray itself.
+CONNECT_TIMEOUT_S = 5.0
+# Past a row's own time limit, how long the build waits for the daemon's next message before it gives up:
+# the daemon's dispatch fails a row itself once its actor misses the deadline, so silence this long means
+# the daemon is stuck.
+SILENCE_GRACE_S = 180.0
+
+
+@dataclass(frozen=True)
+class RelayJob:
+    """Everything one build sends: the rows run exactly as on RayExecutor with these settings."""
+
+    sources: dict[str, bytes]
+    requests: list[CompileRequest]
+    timeout_s: float
+    warm: bool
+    max_retries: int
+    gather_s: float
+
+
+@dataclass(frozen=True)
+class RelayBatch:
+    """Results that finished together, with when the daemon took each from Ray (unix time)."""
+
+    results: list[CompileResult]
+    taken_unix: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RelayEnd:
+    """The last message: every row had its result, or the daemon could not go on (what, and the fix)."""
+
+    error: str | None = None
+    fix: str | None = None
+
+
+def socket_of(state: StandingState) -> Path | None:
+    """The daemon's build socket as its state file names it, if that is a socket of this user's in a private
+    directory of this user's (the state file is data: a path in it is checked before it is used)."""
+    named = state.get("relay")
+    if not isinstance(named, str) or not os.path.isabs(named) or len(named) > 100:
+        return None
+    path = Path(named)
+    try:
+        sock, parent = os.lstat(path), os.lstat(path.parent)
+    except OSError:
+        return None
+    mine = sock.st_uid == parent.st_uid == os.getuid()
+    private = stat.S_ISDIR(parent.st_mode) and not parent.st_mode & 0o077
+    return path if mine and private and stat.S_ISSOCK(sock.st_mode) else None
+
+
+def connect(state: StandingState, timeout_s: float = CONNECT_TIMEOUT_S) -> Connection | None:
+    """A keyed connection to the daemon's build socket, or None (said in one line) when there is none or it
+    does not answer in time: the build then joins Ray itself."""
+    path = socket_of(state)
+    if path is None:
+        return None  # an older daemon without a socket, or a socket that is not ours: nothing to say
+    try:
+        key = read_token(Path(state["root"]))
+    except OSError as exc:
+        log.warning("the standing cluster's token cannot be read (%s); this build joins its Ray cluster directly",
+                    exc)
+        return None
+    # Client() blocks in the key check; a daemon that was stopped (SIGSTOP) must not hang the build.
+    got: dict[str, Any] = {}
+
+    def attempt() -> None:
+        try:
+            got["conn"] = Client(str(path), family="AF_UNIX", authkey=key)
+        except Exception as exc:  # noqa: BLE001 (any failure means: join Ray directly)
+            got["error"] = exc
+
+    worker = threading.Thread(target=attempt, name="farm-relay-connect", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if "conn" in got:
+        return got["conn"]  # type: ignore[no-any-return]
+    why = got.get("error") or f"no answer within {timeout_s:.0f} s"
+    log.warning("the standing cluster's build socket %s does not answer (%s); this build joins its Ray "
+                "cluster directly", path, why)
+    return None
+
+
+class RelayExecutor:
+    """RayExecutor's interface (share_sources, submit, completed_batches, taken_unix) over the daemon's
+    socket. The rows go out when the results are first asked for."""
+
+    def __init__(self, conn: Connection, executor_cfg: Mapping[str, Any], timeout_s: float) -> None:
+        self._conn = conn
+        self._timeout_s = timeout_s
+        self._warm = bool(executor_cfg.get("warm", True))
+        self._retries = int(executor_cfg.get("max_retries", 2))
+        self._sources: dict[str, bytes] = {}
+        self._requests: list[CompileRequest] = []
+        self._taken: dict[str, float] = {}
+
+    def __enter__(self) -> RelayExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._conn.close()  # a build that stops early: the daemon sees it gone and stops sending
+
+    def share_sources(self, sources: dict[str, bytes]) -> None:
+        self._sources = sources
+
+    def submit(self, request: CompileRequest) -> None:
+        self._requests.append(request)
+
+    def completed_batches(self, gather_s: float = BATCH_GATHER_S) -> Iterator[list[CompileResult]]:
+        """Results in completion order, in the batches the daemon gathered (`gather_s` apart at most)."""
+        self._conn.send(RelayJob(self._sources, self._requests, self._timeout_s, self._warm, self._retries,
+                                 gather_s))
+        waiting = {r.key for r in self._requests}
+        silence_s = self._timeout_s + SILENCE_GRACE_S
+        while True:
+            try:
+                if not self._conn.poll(silence_s):
+                    raise FarmError(f"the standing cluster's daemon sent nothing for {silence_s:.0f} s with "
+                                    f"{len(waiting)} rows still compiling",
+                                    "farm cluster down && farm cluster up restarts it; run the build again "
+                                    "(what was written is kept)")
+                message = self._conn.recv()
+            except (EOFError, OSError) as exc:
+                raise FarmError(f"the standing cluster's daemon went away during the build ({len(waiting)} rows "
+                                f"without a result: {type(exc).__name__})",
+                                "run the build again (what was written is kept); farm cluster status says "
+                                "whether the cluster is up") from None
+            if isinstance(message, RelayEnd):
+                if message.error is not None:
+                    raise FarmError(message.error, message.fix)
+                return
+            if not isinstance(message, RelayBatch):
+                raise FarmError(f"the standing cluster's daemon sent a {type(message).__name__}, not a batch",
+                                "farm cluster down && farm cluster up restarts it")
+            self._taken.update(message.taken_unix)
+            waiting.difference_update(r.key for r in message.results)
+            yield message.results
+
+    def taken_unix(self, key: str) -> float | None:
+        """When the daemon took `key`'s result from Ray."""
+        return self._taken.pop(key, None)
