@@ -402,6 +402,7 @@ def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryW
                 finally:
                     with cost.section("write", "flush"):
                         writer.flush()
+        cost.daemon = pool.daemon_cpu_seconds
     if standing:
         done(cfg.root)  # the idle clock starts when the build ends; it may be replaced now
     return built

@@ -59,6 +59,8 @@ def test_standing_cluster_serves_builds_warm_and_stops(built: Path, tmp_path: Pa
         imported = {line.rsplit("|", 1)[1].strip() for line in second.stderr.splitlines()
                     if line.startswith("import time:")}
         assert "farm.execute.relay" in imported and "ray" not in imported
+        # The Ray work moved to the daemon, and the report counts it (it is central work all the same).
+        assert _report(project)["driver"]["daemon_cpu_seconds"] > 0
         [row] = _report(project)["rows"]
         assert _pid(row["worker"]) == actor and row["warmup_seconds"] == 0
         assert (ours / objects[0]).read_bytes() == (theirs / objects[0]).read_bytes()
@@ -76,6 +78,7 @@ def test_standing_cluster_serves_builds_warm_and_stops(built: Path, tmp_path: Pa
         (ours / objects[2]).unlink()
         fourth = run_farm(project, "build", f"targets=[{TARGET}]", "executor.standing=false", check=True)
         assert "using the standing cluster" not in fourth.stderr
+        assert _report(project)["driver"]["daemon_cpu_seconds"] is None  # no daemon in between
         assert _pid(_report(project)["rows"][0]["worker"]) != actor
     finally:
         down = run_farm(project, "cluster", "down")

@@ -48,6 +48,7 @@ class RayExecutor:
         self._dispatch: Dispatch | None = None
         self._recorded = False
         self._auth_saved: ray_auth.Saved | None = None  # executor=cluster: the token variables to restore
+        self.daemon_cpu_seconds: float | None = None  # no daemon in between: Ray's work is the build's own
 
     def __enter__(self) -> RayExecutor:
         kind = self.cfg.get("kind", "local")

@@ -62,10 +62,13 @@ class RelayBatch:
 
 @dataclass(frozen=True)
 class RelayEnd:
-    """The last message: every row had its result, or the daemon could not go on (what, and the fix)."""
+    """The last message: every row had its result, or the daemon could not go on (what, and the fix).
+    `daemon_cpu_seconds`: the daemon's process CPU while it ran the build (its Ray work for these rows,
+    which a build that joins Ray pays in its own process)."""
 
     error: str | None = None
     fix: str | None = None
+    daemon_cpu_seconds: float | None = None
 
 
 def socket_of(state: StandingState) -> Path | None:
@@ -128,6 +131,7 @@ class RelayExecutor:
         self._sources: dict[str, bytes] = {}
         self._requests: list[CompileRequest] = []
         self._taken: dict[str, float] = {}
+        self.daemon_cpu_seconds: float | None = None  # said by the daemon at the end (RelayEnd)
 
     def __enter__(self) -> RelayExecutor:
         return self
@@ -163,6 +167,7 @@ class RelayExecutor:
             if isinstance(message, RelayEnd):
                 if message.error is not None:
                     raise FarmError(message.error, message.fix)
+                self.daemon_cpu_seconds = message.daemon_cpu_seconds
                 return
             if not isinstance(message, RelayBatch):
                 raise FarmError(f"the standing cluster's daemon sent a {type(message).__name__}, not a batch",

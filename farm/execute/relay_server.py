@@ -10,6 +10,7 @@ import logging
 import os
 import stat
 import threading
+import time
 from multiprocessing.connection import Connection, Listener
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,7 @@ class RelayServer:
                                      "farm cluster down && farm cluster up restarts it"))
 
     def _run(self, conn: Connection, job: RelayJob) -> None:
+        cpu = time.process_time()  # the whole daemon's: Ray's threads do most of a build's work here
         sources = ray.put(job.sources)
         dispatch = Dispatch(lambda actor, request: actor.compile.remote(request, sources, job.timeout_s, job.warm),
                             job.max_retries)
@@ -91,7 +93,7 @@ class RelayServer:
         for batch in dispatch.batches(job.gather_s):
             taken = {r.key: t for r in batch if (t := dispatch.taken_unix(r.key)) is not None}
             conn.send(RelayBatch(batch, taken))
-        conn.send(RelayEnd())
+        conn.send(RelayEnd(daemon_cpu_seconds=time.process_time() - cpu))
 
 
 def _tell(conn: Connection, message: RelayEnd) -> None:

@@ -7,13 +7,16 @@ a build, not a row's, and is left out.
 
 - `verify`, `write`, `ray`: the driver's main thread (time.thread_time) in the batch disassembly and the
   acceptance checks; the object writes and manifest flushes; submitting rows and taking results from Ray
-  (wait, get, deserialize).
+  (wait, get, deserialize), or from the standing cluster's daemon when it relays them.
 - `threads`: the CPU of the driver's other threads (Ray's core-worker threads receiving results and keeping
   the connection, the progress ticker): process CPU that is not the main thread's. Much of it runs per
   second of the build, not per row, so on a small cluster it weighs on each row more than on a large one.
 - `other`: the rest of the main thread's CPU in those windows (the build loop, report rows, progress).
 - `disassembler_cpu_seconds`: the disassembler processes the driver runs (children's rusage): a real cost
   of the driver's machine, named apart because it is not the driver process's own CPU.
+- `daemon_cpu_seconds`: when the rows went through the standing cluster's daemon (farm/execute/relay.py),
+  the daemon's CPU for them: the Ray work a build that joins Ray does in its own process moved there. It is
+  central work too, so it counts against how many cores one driver can feed. None: no daemon in between.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ class DriverReport(TypedDict):
     breakdown: DriverBreakdown  # sums to cpu_seconds
     disassembler_cpu_seconds: float  # its child processes (llvm-objdump), not in cpu_seconds
     disassembler_ms_per_row: float
+    daemon_cpu_seconds: float | None  # the standing cluster's daemon, for relayed rows; not in cpu_seconds
+    daemon_ms_per_row: float | None
 
 
 def _children_cpu() -> float:
@@ -63,6 +68,7 @@ class DriverCost:
         self.children = 0.0
         self.sections = dict.fromkeys(SECTIONS, 0.0)
         self.spans: list[PhaseJson] = []  # the driver's work in time order (the timeline's driver lane)
+        self.daemon: float | None = None  # the relaying daemon's CPU for these rows, as it said
 
     @contextmanager
     def window(self) -> Iterator[None]:
@@ -99,12 +105,16 @@ class DriverCost:
                           "threads": round(threads, 6), "other": round(other, 6)},
             "disassembler_cpu_seconds": round(self.children, 6),
             "disassembler_ms_per_row": round(self.children * 1000 / rows, 3),
+            "daemon_cpu_seconds": None if self.daemon is None else round(self.daemon, 6),
+            "daemon_ms_per_row": None if self.daemon is None else round(self.daemon * 1000 / rows, 3),
         }
 
     def line(self) -> str:
         """The one line `farm build` prints about its driver."""
         found = self.report()
         per = {k: v * 1000 / max(found["rows"], 1) for k, v in found["breakdown"].items()}
+        daemon = found["daemon_ms_per_row"]
         return (f"driver: {found['ms_per_row']:.2f} ms CPU per row over {found['rows']} rows (verify "
                 f"{per['verify']:.2f}, write {per['write']:.2f}, ray {per['ray']:.2f}, Ray's threads "
-                f"{per['threads']:.2f}); disassembler processes {found['disassembler_ms_per_row']:.2f} ms per row")
+                f"{per['threads']:.2f}); disassembler processes {found['disassembler_ms_per_row']:.2f} ms per row"
+                + ("" if daemon is None else f"; the standing cluster's daemon, relaying: {daemon:.2f} ms per row"))
