@@ -20,7 +20,7 @@ import pytest
 from farm.contract import CompileRequest, CompileResult, TargetFacts
 from farm.core.errors import FarmError
 from farm.execute import relay_server
-from farm.execute.relay import RelayBatch, RelayEnd, RelayExecutor, RelayJob, connect, socket_of
+from farm.execute.relay import RelayBatch, RelayEnd, RelayExecutor, RelayJob, connect, relay_code, socket_of
 from farm.execute.relay_server import RelayServer
 from farm.execute.standing_files import StandingState, state_dir
 
@@ -45,8 +45,9 @@ def _project(root: Path, key: bytes = KEY) -> Path:
     return root
 
 
-def _state(root: Path, sock: Path | str | None) -> StandingState:
-    return {"root": str(root), "relay": None if sock is None else str(sock)}  # type: ignore[typeddict-item]
+def _state(root: Path, sock: Path | str | None, code: str | None = None) -> StandingState:
+    return {"root": str(root), "relay": None if sock is None else str(sock),  # type: ignore[typeddict-item]
+            "relay_code": code or relay_code()}
 
 
 def _listening(path: Path) -> socket.socket:
@@ -126,6 +127,18 @@ def test_a_daemon_that_does_not_answer_leaves_the_build_to_ray(short_dir: Path, 
         assert "joins its Ray cluster directly" in caplog.text
     finally:
         listening.close()
+
+
+def test_a_daemon_running_other_relay_code_is_not_relayed_to(short_dir: Path, tmp_path: Path,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    root = _project(tmp_path / "project")
+    sock = short_dir / "5.sock"
+    daemon = _daemon(sock, lambda conn: None)
+    caplog.set_level(logging.INFO)
+    assert connect(_state(root, sock, code="0" * 64)) is None
+    assert "runs other relay code than this build" in caplog.text
+    assert connect(_state(root, sock)) is not None  # the same daemon, recorded with this build's code
+    daemon.join(5)
 
 
 def test_results_stream_back_in_batches(short_dir: Path, tmp_path: Path) -> None:

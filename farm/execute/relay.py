@@ -9,11 +9,14 @@ build's own process: verification, writing, manifests and their locks.
 
 The socket is the standing cluster's, keyed with its token: `multiprocessing.connection` checks the key
 both ways before anything is unpickled, so only this user's builds and this user's daemon talk. A daemon
-that does not answer, or an older one without a socket, leaves the build to join Ray directly.
+that does not answer, an older one without a socket, or one whose relay code differs from the build's
+(`relay_code`: the farm can be edited or upgraded under a running daemon) leaves the build to join Ray
+directly.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import stat
@@ -71,6 +74,18 @@ class RelayEnd:
     daemon_cpu_seconds: float | None = None
 
 
+# The code on both ends of the socket: what is sent, how the daemon runs it, and the actor it calls.
+RELAY_FILES = ("relay.py", "relay_server.py", "dispatch.py", "compiler.py", "settings.py")
+
+
+def relay_code() -> str:
+    """SHA256 over the relay's source files as this process has them (the daemon records its own)."""
+    digest = hashlib.sha256()
+    for name in RELAY_FILES:
+        digest.update(name.encode() + b"\0" + (Path(__file__).parent / name).read_bytes())
+    return digest.hexdigest()
+
+
 def socket_of(state: StandingState) -> Path | None:
     """The daemon's build socket as its state file names it, if that is a socket of this user's in a private
     directory of this user's (the state file is data: a path in it is checked before it is used)."""
@@ -93,6 +108,10 @@ def connect(state: StandingState, timeout_s: float = CONNECT_TIMEOUT_S) -> Conne
     path = socket_of(state)
     if path is None:
         return None  # an older daemon without a socket, or a socket that is not ours: nothing to say
+    if state.get("relay_code") != relay_code():
+        log.info("the standing cluster's daemon runs other relay code than this build; this build joins its "
+                 "Ray cluster directly (farm cluster down && farm cluster up refreshes the daemon)")
+        return None
     try:
         key = read_token(Path(state["root"]))
     except OSError as exc:

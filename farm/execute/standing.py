@@ -34,6 +34,7 @@ from farm.execute import autostart, local, ray_compat, standing_use
 from farm.execute.compiler import CONCURRENCY, Compiler, WarmUp
 from farm.execute.local import num_cpus
 from farm.execute.processes import forget_ray_processes, identity, record_ray_processes, verified
+from farm.execute.relay import relay_code
 from farm.execute.relay_server import RelayServer
 from farm.execute.standing_files import (
     RAY_CORE,
@@ -66,6 +67,8 @@ NAMESPACE = "farm-standing"
 ACTOR_PREFIX = "farm-compiler-"
 START_TIMEOUT_S = 180.0
 JOIN_TIMEOUT_S = 30.0       # a build's wait for the warm actors to answer once it has joined
+# The relay code this daemon runs, as it was imported (the files may be edited while it runs).
+RELAY_CODE = relay_code()
 # The daemon's compilers: Ray restarts a dead one in place and retries its call (its row is not lost).
 STANDING_ACTOR = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=2, **CONCURRENCY)(Compiler)
 
@@ -146,7 +149,7 @@ def _state(root: Path, address: str, cpus: int, idle_s: float, by: str, relay: s
     return {"pid": me.pid, "daemon": identity(me), "pgid": os.getpgid(0), "processes": processes,
             "ray_core": core, "root": str(root), "address": address, "num_cpus": cpus,
             "generator": generator_digest(), "started_unix": time.time(), "idle_s": idle_s, "warm": warm,
-            "started_by": by, "relay": relay}
+            "started_by": by, "relay": relay, "relay_code": RELAY_CODE}
 
 
 def _wait(where: Path, state: StandingState, stop: dict[str, bool], idle_s: float) -> None:

@@ -73,6 +73,7 @@ class StandingState(TypedDict):
     warm: bool                  # its compilers' warm-up is done (builds may join before)
     started_by: str             # STARTED_BY_UP or STARTED_BY_BUILD (said when a build replaces it)
     relay: str | None           # the daemon's build socket (farm/execute/relay.py); absent from older daemons
+    relay_code: str             # farm/execute/relay.py relay_code() as the daemon runs it
 
 
 @dataclass(frozen=True)
