@@ -117,4 +117,4 @@ class DriverCost:
         return (f"driver: {found['ms_per_row']:.2f} ms CPU per row over {found['rows']} rows (verify "
                 f"{per['verify']:.2f}, write {per['write']:.2f}, ray {per['ray']:.2f}, Ray's threads "
                 f"{per['threads']:.2f}); disassembler processes {found['disassembler_ms_per_row']:.2f} ms per row"
-                + ("" if daemon is None else f"; the standing cluster's daemon, relaying: {daemon:.2f} ms per row"))
+                + ("" if daemon is None else f"; relaying daemon {daemon:.2f} ms per row"))
