@@ -178,6 +178,46 @@ def test_lost_linker_shim_in_the_standing_cluster_is_recreated(project: Path, cl
     assert obj.read_bytes() == before and shim.is_file()
 
 
+def _popen(project: Path, *args: str) -> subprocess.Popen:
+    env = dict(os.environ)
+    env.pop("FARM_PROJECT", None)
+    return subprocess.Popen([sys.executable, "-m", "farm.cli", *args], cwd=project, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _objects(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in (out / "rmsnorm" / TARGET).glob("*.hsaco")}
+
+
+def test_two_relayed_builds_at_once_share_the_daemon(project: Path, cluster: dict, tmp_path: Path) -> None:
+    """Two builds at once, each relaying its rows through the daemon's socket to its one compiler: both
+    finish, neither waits for the other's output tree, and their objects are the same bytes."""
+    outs = [tmp_path / "one", tmp_path / "two"]
+    builds = [_popen(project, "build", f"targets=[{TARGET}]", f"outputs_dir={out}") for out in outs]
+    said = [b.communicate(timeout=600) for b in builds]
+    for build, (_, err) in zip(builds, said, strict=True):
+        assert build.returncode == 0, err
+        assert "rows go through the daemon's build socket" in err and "failed 0" in err
+    first, second = (_objects(out) for out in outs)
+    assert len(first) == 6 and first == second
+
+
+def test_a_daemon_that_stopped_answering_leaves_the_build_to_join_ray(project: Path, cluster: dict,
+                                                                      tmp_path: Path) -> None:
+    """A daemon stopped by SIGSTOP accepts no build: the build gives up on its socket within seconds and
+    joins the cluster's Ray itself (whose actors still run), instead of hanging."""
+    daemon = psutil.Process(cluster["pid"])
+    daemon.suspend()
+    try:
+        build = _bounded(project, "build", f"targets=[{TARGET}]", ROW, f"outputs_dir={tmp_path / 'out'}",
+                         limit_s=240)
+    finally:
+        daemon.resume()
+    assert build.returncode == 0, build.stderr
+    assert f"build socket {cluster['relay']} does not answer" in build.stderr
+    assert "joins its Ray cluster directly" in build.stderr and "built 1, failed 0" in build.stderr
+
+
 def test_sigkilled_daemon_leaves_no_ray_behind(project: Path, cluster: dict) -> None:
     """Case 14: after the daemon's SIGKILL its Ray agents lingered for minutes, one listening on loopback.
     The next farm command ends every process the daemon recorded (verified one by one)."""
