@@ -7,11 +7,13 @@ connects to it instead of starting its own. `farm cluster up` starts it, and so 
 none (farm/execute/autostart.py: warm by default, off with CI=true or executor.auto_start=false).
 `farm cluster down` stops it; it also stops by itself after `idle_minutes` without a build.
 
-Each compile still forks from its actor's zygote (farm/execute/compiler.py, farm/worker/warm.py),
-so rows stay isolated exactly as on a private cluster. The daemon's state file says where the cluster
-is and which farm code its actors run; a build whose farm code differs does not use it (it would
-refuse the bytes). Its files, and the lock that lets only one daemon start, are in
-farm/execute/standing_files.py; a build on a cluster that does not answer falls back to a private one.
+A build sends its rows through the daemon's build socket instead of joining Ray itself
+(farm/execute/relay.py, farm/execute/relay_server.py). Each compile still forks from its actor's zygote
+(farm/execute/compiler.py, farm/worker/warm.py), so rows stay isolated exactly as on a private cluster.
+The daemon's state file says where the cluster is and which farm code its actors run; a build whose farm
+code differs does not use it (it would refuse the bytes). Its files, and the lock that lets only one
+daemon start, are in farm/execute/standing_files.py; a build on a cluster that does not answer falls back
+to a private one.
 """
 
 from __future__ import annotations
