@@ -45,20 +45,16 @@ class RelayServer:
 
     def close(self) -> None:
         self._closed = True
-        self._listener.close()  # removes the socket file too
+        self._listener.close()  # multiprocessing unlinks its socket here; _remove_socket makes sure
         _remove_socket(self.path)
 
     def _accept(self) -> None:
         while not self._closed:
             try:
                 conn = self._listener.accept()
-            except (EOFError, ConnectionError, OSError) as exc:
+            except Exception as exc:  # noqa: BLE001 (a wrong key: AuthenticationError; a peer that hung up)
                 if self._closed:
-                    return
-                # A wrong key (AuthenticationError is a ProcessError, below) or a peer that hung up.
-                log.warning("refused a connection to the build socket: %s", exc)
-                continue
-            except Exception as exc:  # noqa: BLE001 (multiprocessing.AuthenticationError and kin)
+                    return  # close() shut the listener under accept()
                 log.warning("refused a connection to the build socket: %s", exc)
                 continue
             threading.Thread(target=self._serve, args=(conn,), name="farm-relay-build", daemon=True).start()
@@ -107,9 +103,10 @@ def _sweep_dead_sockets(where: Path) -> None:
     """Remove the sockets of daemons that are gone (each is named by its daemon's pid)."""
     for path in where.glob("*.sock"):
         try:
-            os.kill(int(path.stem), 0)
-            if int(path.stem) != os.getpid():
-                continue
+            pid = int(path.stem)
+            if pid != os.getpid():
+                os.kill(pid, 0)
+                continue  # its daemon is alive
         except ProcessLookupError:
             pass
         except (ValueError, PermissionError):
