@@ -29,6 +29,7 @@ from farm.store.progress import BuildProgress, worker_slots
 from farm.store.report import BuildReport, Conditions, ReportRow, origin_fields, write_build_report
 from farm.table.config import FarmConfig
 from farm.table.rows import Row
+from farm.toolchain.beside import PinCheck
 from farm.toolchain.compare import require_pin
 from farm.toolchain.installed import compile_part, installed
 
@@ -51,8 +52,11 @@ class DirectoryWriter:
     """Holds each touched directory (opened safely, see farm/store/outtree.py) and its manifest entries; writes
     the object, then manifest and SOURCE.md. The caller holds the output tree's lock (farm/store/lock.py)."""
 
-    def __init__(self, cfg: FarmConfig) -> None:
+    def __init__(self, cfg: FarmConfig, ready: Callable[[], None] = lambda: None) -> None:
         self.cfg = cfg
+        # Waits for the build's toolchain check (farm/toolchain/beside.py), raising when it failed: called
+        # before the first directory is opened, so nothing is created, deleted or written before it passed.
+        self.ready = ready
         self.dirs: dict[tuple[str, str], OutputDir] = {}
         # Per directory, by file: the entries read from its manifest (recorded data), and the new ones.
         self.entries: dict[tuple[str, str], dict[str, Entry | RecordedEntry]] = {}
@@ -75,6 +79,7 @@ class DirectoryWriter:
     def _dir(self, op: str, target: str) -> OutputDir:
         key = (op, target)
         if key not in self.dirs:
+            self.ready()
             out = OutputDir(self.cfg.outputs_dir, op, target, create=True)
             self.dirs[key] = out
             out.remove_dead_temporaries()
@@ -166,6 +171,12 @@ class DirectoryWriter:
         with OutputDir(self.cfg.outputs_dir, op, target) as probe:
             if not probe.exists:
                 return []
+            if (op, target) not in self.dirs:  # a look that changes nothing first: most builds prune nothing
+                try:
+                    if all(f in keep for f in manifest.read(probe).entries):
+                        return []
+                except manifest.ManifestUnreadable:
+                    return []  # its rows were planned as tampered and rebuild; nothing recorded to prune
         out = self._dir(op, target)
         entries = self.entries[(op, target)]
         gone = sorted(f for f in entries if f not in keep)
@@ -189,6 +200,7 @@ def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], tree: Tree, write
             batch = next(batches, None)
         if batch is None:
             return built
+        writer.ready()  # results are verified with the pinned disassembler, once the toolchain check passed
         held = time.time()
         for result, (entry, refused, phases) in zip(batch, _verify_batch(cfg, rows, tree, batch, cost), strict=True):
             row = rows[result.key]
@@ -303,15 +315,22 @@ def build_selection(cfg: FarmConfig, rows: list[Row], all_rows: list[Row]) -> in
     with tree_lock(cfg.outputs_dir, command_line(), wait_s=lock_wait(cfg)):
         decisions = decide(cfg, rows)
         log.info(summary_line(decisions))
-        if any(d.builds for d in decisions):
-            pin = cfg.toolchain_pin
-            require_pin(pin, installed(private_dir("toolchain-cache"), pin.get("linker"),
-                                       pin.get("disassembler") or {}))
-        return build(cfg, decisions, all_rows)
+        # The toolchain check runs beside the build's first steps; the build waits for it before it writes.
+        pin_check = PinCheck(lambda: _require_installed(cfg)) if any(d.builds for d in decisions) else None
+        return build(cfg, decisions, all_rows, pin_check.wait if pin_check else lambda: None)
 
 
-def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row]) -> int:
-    """Build every decision that needs it; returns the number of failed rows. The caller holds the lock."""
+def _require_installed(cfg: FarmConfig) -> None:
+    """FarmError naming each difference when the installed toolchain is not the pinned one."""
+    pin = cfg.toolchain_pin
+    require_pin(pin, installed(private_dir("toolchain-cache"), pin.get("linker"), pin.get("disassembler") or {}))
+
+
+def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row],
+          toolchain_ready: Callable[[], None] = lambda: None) -> int:
+    """Build every decision that needs it; returns the number of failed rows. The caller holds the lock.
+    `toolchain_ready` returns once the installed toolchain is the pinned one and raises FarmError when it is
+    not: nothing is written or deleted, and no compile result is taken, before it returned."""
     started = time.monotonic()
     report: BuildReport = {"started_utc": datetime.now(UTC).isoformat(timespec="microseconds"), "rows": [],
                               "pruned": [], "conditions": build_conditions(cfg), **origin_fields(cfg)}
@@ -320,7 +339,7 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row]) -> in
     cached = Outcome()
     cost = DriverCost()  # the driver's own CPU per row (farm/store/driver_cost.py)
     try:
-        with DirectoryWriter(cfg) as writer:
+        with DirectoryWriter(cfg, toolchain_ready) as writer:
             report["pruned"] = _prune(cfg, writer, decisions, all_rows)
             reverified = reverify(cfg, [d for d in decisions if d.status == REVERIFY], writer, report["rows"],
                                   failures, cost)
@@ -328,6 +347,7 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row]) -> in
             cached = restore(cfg, [d for d in decisions if d.compiles], writer, report["rows"],
                              Checks(disassemble, accept))
             built = _compile_and_write(cfg, cached.compile, writer, report, failures, cost)
+            toolchain_ready()  # a build that wrote nothing still says when the toolchain is not the pinned one
     except OSError as exc:  # disk full, a read-only directory: the finished objects are on disk already
         where = f" ({exc.filename})" if exc.filename else ""
         report["error"] = f"{exc.strerror or exc}{where}"
@@ -380,6 +400,8 @@ def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryW
     cost = cost or DriverCost()
     rows = {d.row.key: d.row for d in todo}
     standing = for_build(cfg)
+    if standing is None:
+        writer.ready()  # a private cluster takes seconds to start: a toolchain that is not the pinned one fails first
     sources = collect(cfg.kernels_dir)
     with executor_for(cfg.executor, cfg.compile_timeout_s, standing) as pool:
         pool.share_sources(sources)

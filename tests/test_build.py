@@ -188,6 +188,29 @@ def test_wrong_toolchain_refuses_to_build(clone: Path) -> None:
     assert "'toolchain' block differs from the config" in check.stdout
 
 
+def test_wrong_toolchain_removes_nothing(clone: Path) -> None:
+    """The toolchain check runs beside the build's first steps (farm/toolchain/beside.py); a build whose
+    toolchain is not the pinned one still deletes, writes and records nothing: not the object of a row
+    dropped from the table, not the object of a row it would rebuild."""
+    op = clone / "conf" / "op" / "rmsnorm.yaml"
+    op.write_text(op.read_text().replace("n: [2560, 16384]", "n: [2560]"))
+    run_farm(clone, "expand", check=True)
+    where = clone / "outputs" / "rmsnorm" / "gfx942"
+    dropped = where / "rmsnorm_bf16_train_n16384.hsaco"
+    rebuilt = where / "rmsnorm_bf16_train_n2560.hsaco"
+    assert dropped.is_file()
+    rebuilt.unlink()
+    manifest_before = (where / "manifest.json").read_bytes()
+    pin = clone / "conf" / "toolchain" / "pinned.yaml"
+    pin.write_text(pin.read_text().replace("version: LLD 22.1.8", "version: LLD 19.1.7"))
+    proc = run_farm(clone, "build")
+    assert proc.returncode == 2, proc.stderr
+    assert "linker.version: pinned 'LLD 19.1.7', found 'LLD 22.1.8'" in proc.stderr
+    assert "removed " not in proc.stderr
+    assert dropped.is_file() and not rebuilt.exists()
+    assert (where / "manifest.json").read_bytes() == manifest_before
+
+
 def test_interrupted_write_leftovers_are_cleaned(clone: Path) -> None:
     where = clone / "outputs" / "rmsnorm" / "gfx942"
     dead = subprocess.Popen(["true"])

@@ -65,6 +65,19 @@ def test_standing_cluster_serves_builds_warm_and_stops(built: Path, tmp_path: Pa
         assert _pid(row["worker"]) == actor and row["warmup_seconds"] == 0
         assert (ours / objects[0]).read_bytes() == (theirs / objects[0]).read_bytes()
 
+        # A relayed build whose toolchain is not the pinned one: its rows go to the daemon while the toolchain
+        # check runs beside them (farm/toolchain/beside.py), and the check still fails the build, nothing written.
+        pin = project / "conf" / "toolchain" / "pinned.yaml"
+        pinned = pin.read_text()
+        pin.write_text(pinned.replace("version: LLD 22.1.8", "version: LLD 19.1.7"))
+        before = {p.name: p.read_bytes() for p in ours.iterdir()}
+        wrong = run_farm(project, "build", f"targets=[{TARGET}]")
+        assert wrong.returncode == 2, wrong.stderr
+        assert "rows go through the daemon's build socket" in wrong.stderr
+        assert "linker.version: pinned 'LLD 19.1.7', found 'LLD 22.1.8'" in wrong.stderr
+        assert {p.name: p.read_bytes() for p in ours.iterdir()} == before
+        pin.write_text(pinned)
+
         # A cluster running other farm code is not used: its bytes would be refused.
         state_path = project / ".farm" / "cluster" / "state.json"
         state_path.write_text(json.dumps(dict(state, generator="0" * 64)))

@@ -15,6 +15,7 @@ import yaml
 from conftest import REPO, copy_project, run_farm, small_copy
 
 from farm.core.errors import FarmError
+from farm.toolchain.beside import PinCheck
 from farm.toolchain.compare import differences, require_pin
 from farm.toolchain.distributions import CONTENT_DISTRIBUTIONS, distribution_content
 from farm.toolchain.installed import compile_part, installed
@@ -180,3 +181,32 @@ def test_a_fifo_in_the_distribution_is_named_not_read(tmp_path: Path) -> None:
     content = distribution_content("flydsl", None, [str(site)])
     assert content.added == {"flydsl/compiler/pipe.py": "unreadable (not a regular file)"}
     assert content.files == len(FAKE_FILES)
+
+
+def _refuse() -> None:
+    raise FarmError("linker.version: pinned 'LLD 19.1.7', found 'LLD 22.1.8'", "run `farm pin`")
+
+
+def _crash() -> None:
+    raise ZeroDivisionError("division by zero")
+
+
+def _vanish() -> None:
+    os._exit(3)
+
+
+def test_the_check_beside_the_build_answers_like_the_check_itself() -> None:
+    """The build's toolchain check runs in a child process (farm/toolchain/beside.py): a passing check
+    lets `wait` return, a failing one raises its FarmError on every `wait`, and a check that crashes or
+    vanishes is a failed check, named, never a pass."""
+    PinCheck(lambda: None).wait()
+    refused = PinCheck(_refuse)
+    for _ in range(2):
+        with pytest.raises(FarmError) as err:
+            refused.wait()
+        assert err.value.what == "linker.version: pinned 'LLD 19.1.7', found 'LLD 22.1.8'"
+        assert err.value.fix == "run `farm pin`"
+    with pytest.raises(FarmError, match="the toolchain check failed: ZeroDivisionError: division by zero"):
+        PinCheck(_crash).wait()
+    with pytest.raises(FarmError, match=r"the toolchain check ended without an answer \(exit code 3\)"):
+        PinCheck(_vanish).wait()
