@@ -4,6 +4,7 @@ One small build (gfx942, 6 objects) is pushed to a local remote once and cloned 
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import re
@@ -16,6 +17,7 @@ from conftest import run_farm, small_copy
 
 from farm.assure import audit as audit_mod
 from farm.cli.selection import load, selected_rows
+from farm.core.private import private_dir
 from farm.store.progress import BuildProgress
 
 SEL = "targets=[gfx942]"
@@ -118,6 +120,48 @@ def test_a_remote_that_holds_nothing_yet_compiles_every_row_with_one_line(publis
         assert len(said) == 1 and "nothing published there yet" in said[0], proc.stderr
         assert "Traceback" not in proc.stderr and "built 1, failed 0" in proc.stderr
         assert latest_report(project)["restored"] == 0
+
+
+def test_rows_the_published_tree_cannot_hold_compile_without_opening_dvc(published: Path, tmp_path: Path) -> None:
+    """A width added since publishing: the first build lists the published directory through DVC and the
+    farm remembers its file names per pointer (farm/restore/published.py); the next build of a new row does
+    not import DVC at all. A published row still comes back through DVC, and a record that is wrong or
+    garbage costs a compile or DVC's opening, never other bytes."""
+    project, remote = clone(published, tmp_path / "p")
+    record = private_dir("published") / f"{hashlib.sha256((project / 'outputs.dvc').read_bytes()).hexdigest()}.json"
+    record.unlink(missing_ok=True)  # other tests of this module may have listed the same pointer
+    op = project / "conf" / "op" / "rmsnorm.yaml"
+    op.write_text(op.read_text().replace("n: [2560, 16384]", "n: [2560, 3072, 16384]"))
+    run_farm(project, "expand", check=True)
+    first = run_farm(project, "build", SEL, remote)
+    assert "compiled 2, restored 6, failed 0" in first.stderr, first.stderr
+    listed = sorted(p.name for p in (published / "outputs" / TARGET_DIR).iterdir())
+    assert json.loads(record.read_text())[TARGET_DIR] == listed
+    where = project / "outputs" / TARGET_DIR
+    new = where / "rmsnorm_bf16_train_n3072.hsaco"
+    new_bytes = new.read_bytes()
+    new.unlink()
+    second = run_farm(project, "build", SEL, remote, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert "compiled 1, restored 0, failed 0" in second.stderr, second.stderr
+    assert "has none of them (its file list, as an earlier build read it)" in second.stderr
+    imported = {line.rsplit("|", 1)[1].strip() for line in second.stderr.splitlines()
+                if line.startswith("import time:")}
+    # DVC's filesystem (what opening the repository needs) is never imported; its exception types are.
+    assert "farm.restore.stage" in imported and not {"dvc.api", "dvc.fs", "dvc_data.index"} & imported
+    assert new.read_bytes() == new_bytes
+    # A checkout without outputs/: its published rows are in the remembered listing, so DVC is opened.
+    other, _ = clone(published, tmp_path / "q")
+    assert "compiled 0, restored 6, failed 0" in run_farm(other, "build", SEL, remote).stderr
+    # A record that says the published directory holds nothing: its rows compile instead, the same bytes.
+    record.write_text(json.dumps({TARGET_DIR: []}))
+    shutil.rmtree(other / "outputs")
+    assert "compiled 6, restored 0, failed 0" in run_farm(other, "build", SEL, remote).stderr
+    assert tree_bytes(other / "outputs") == tree_bytes(published / "outputs")
+    # Garbage: ignored; DVC is opened and the rows come back.
+    record.write_text("{not json")
+    shutil.rmtree(other / "outputs")
+    assert "compiled 0, restored 6, failed 0" in run_farm(other, "build", SEL, remote).stderr
+    assert tree_bytes(other / "outputs") == tree_bytes(published / "outputs")
 
 
 def test_restore_off_compiles(published: Path, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from farm.core.canonical import sha256_bytes
 from farm.core.errors import FarmError
 from farm.plan.decide import REVERIFY, UP_TO_DATE, CurrentInputs, Decision, decide_cached
 from farm.plan.sources import Tree, shipped_names
+from farm.restore.published import PublishedNames
 from farm.restore.verifying import NODE, Checks, Verdict, Verifiers
 from farm.restore.view import CacheView, NothingPublished, Unreachable, pointer_of
 from farm.store import manifest
@@ -61,6 +62,11 @@ def restore(cfg: FarmConfig, todo: list[Decision], writer: Writer, report_rows: 
     pointer = pointer_of(cfg) if todo and restore_on(cfg) else None
     if pointer is None:
         return Outcome(compile=list(todo))
+    published = PublishedNames(pointer.path)
+    if published.holds_none_of(todo):  # e.g. a width added since: DVC need not be opened (~1 s) to know
+        log.info("restored 0 of %d rows: the tree %s points to has none of them (its file list, as an earlier "
+                 "build read it); compiling %d", len(todo), pointer.path.name, len(todo))
+        return Outcome(compile=list(todo), consulted=True)
     with Verifiers(cfg, checks) as verifiers:  # forked first: no DVC or progress thread exists yet
         try:
             view = CacheView(cfg, pointer)
@@ -69,7 +75,8 @@ def restore(cfg: FarmConfig, todo: list[Decision], writer: Writer, report_rows: 
                     "restore: %s; compiling every row", exc.what)
             return Outcome(compile=list(todo))
         with BuildProgress([d.row.key for d in todo], 1, sys.stderr, phase="restoring") as progress:
-            outcome = _restore_all(cfg, view, todo, verifiers, _Sink(writer, report_rows, progress))
+            outcome = _restore_all(cfg, view, todo, verifiers, _Sink(writer, report_rows, progress), published)
+    published.save()
     log.info("restored %d of %d rows from %s (%s); compiling %d", outcome.restored, len(todo), pointer.path.name,
              view.remote.describe(), len(outcome.compile))
     return outcome
@@ -102,7 +109,7 @@ class _Sink:
 
 
 def _restore_all(cfg: FarmConfig, view: CacheView, todo: list[Decision], verifiers: Verifiers,
-                 sink: _Sink) -> Outcome:
+                 sink: _Sink, published: PublishedNames) -> Outcome:
     """Fetch directory by directory in the driver while the workers verify what was fetched before."""
     outcome = Outcome(consulted=True)
     # What `decide` judges lookups against, and today's inputs shared by every row of this pass.
@@ -113,7 +120,7 @@ def _restore_all(cfg: FarmConfig, view: CacheView, todo: list[Decision], verifie
     pending: list[tuple[list[tuple[Decision, bytes]], Future[list[Verdict]]]] = []
     for (op, target), decisions in by_dir.items():
         try:
-            fetched, left = _fetch(cfg, view, op, target, decisions, current)
+            fetched, left = _fetch(cfg, view, op, target, decisions, current, published)
         except Unreachable as exc:
             log.warning("restore: %s; compiling %s/%s/ instead", exc.what, op, target)
             fetched, left = [], decisions
@@ -141,10 +148,12 @@ def _drain(outcome: Outcome, sink: _Sink, batch: list[tuple[Decision, bytes]],
 
 
 def _fetch(cfg: FarmConfig, view: CacheView, op: str, target: str, decisions: list[Decision],
-           current: CurrentInputs) -> tuple[list[tuple[Decision, RecordedEntry, bytes]], list[Decision]]:
+           current: CurrentInputs, published: PublishedNames,
+           ) -> tuple[list[tuple[Decision, RecordedEntry, bytes]], list[Decision]]:
     """The published objects of one directory whose entries are current and whose bytes are intact, and the
-    rows that must compile instead."""
+    rows that must compile instead. The directory's file names are remembered for the next build."""
     listing = view.listing(op, target)
+    published.remember(op, target, listing)
     entries = _cached_entries(view, op, target, listing)
     fetched, left = [], []
     for d in decisions:
