@@ -15,6 +15,7 @@ stage's verifiers).
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -26,6 +27,8 @@ Answer = tuple[str, str | None] | None
 
 
 def _run(check: Callable[[], None], send: Connection) -> None:
+    # Ctrl-C reaches the whole process group: the build handles it, and ends this child as it exits.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         check()
         answer: Answer = None
@@ -58,13 +61,14 @@ class PinCheck:
 
     def wait(self) -> None:
         if self._pending:
-            self._pending = False
             try:
-                self._answer = self._receive.recv()
+                answer = self._receive.recv()
             except EOFError:
                 self._process.join()
-                self._answer = (f"the toolchain check ended without an answer (exit code {self._process.exitcode})",
-                                "run the command again")
+                answer = (f"the toolchain check ended without an answer (exit code {self._process.exitcode})",
+                          "run the command again")
+            # Pending until an answer came: a wait interrupted (Ctrl-C) never counts as a pass.
+            self._answer, self._pending = answer, False
             self._receive.close()
             self._process.join()
         if self._answer is not None:
