@@ -15,6 +15,7 @@ import yaml
 from conftest import REPO, copy_project, run_farm, small_copy
 
 from farm.core.errors import FarmError
+from farm.toolchain import beside
 from farm.toolchain.beside import PinCheck
 from farm.toolchain.compare import differences, require_pin
 from farm.toolchain.distributions import CONTENT_DISTRIBUTIONS, distribution_content
@@ -195,10 +196,13 @@ def _vanish() -> None:
     os._exit(3)
 
 
-def test_the_check_beside_the_build_answers_like_the_check_itself() -> None:
-    """The build's toolchain check runs in a child process (farm/toolchain/beside.py): a passing check
-    lets `wait` return, a failing one raises its FarmError on every `wait`, and a check that crashes or
-    vanishes is a failed check, named, never a pass."""
+@pytest.mark.parametrize("way", ["child", "inline"])
+def test_the_check_beside_the_build_answers_like_the_check_itself(way: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build's toolchain check runs in a forked child (farm/toolchain/beside.py), or inline when the
+    caller has other threads (forking beside them is not safe): either way a passing check lets `wait`
+    return, a failing one raises its FarmError on every `wait`, and a check that crashes is a failed check,
+    named, never a pass; a child that vanishes without answering is named too."""
+    monkeypatch.setattr(beside.threading, "active_count", lambda: 1 if way == "child" else 2)
     PinCheck(lambda: None).wait()
     refused = PinCheck(_refuse)
     for _ in range(2):
@@ -208,5 +212,6 @@ def test_the_check_beside_the_build_answers_like_the_check_itself() -> None:
         assert err.value.fix == "run `farm pin`"
     with pytest.raises(FarmError, match="the toolchain check failed: ZeroDivisionError: division by zero"):
         PinCheck(_crash).wait()
-    with pytest.raises(FarmError, match=r"the toolchain check ended without an answer \(exit code 3\)"):
-        PinCheck(_vanish).wait()
+    if way == "child":
+        with pytest.raises(FarmError, match=r"the toolchain check ended without an answer \(exit code 3\)"):
+            PinCheck(_vanish).wait()

@@ -26,18 +26,21 @@ from farm.core.errors import FarmError
 Answer = tuple[str, str | None] | None
 
 
+def _answer_of(check: Callable[[], None]) -> Answer:
+    try:
+        check()
+    except FarmError as exc:
+        return (exc.what, exc.fix)
+    except Exception as exc:  # anything else is a failed check too, named
+        return (f"the toolchain check failed: {type(exc).__name__}: {exc}", "run the command again; if it fails "
+                "the same way, `farm pin` shows what is installed")
+    return None
+
+
 def _run(check: Callable[[], None], send: Connection) -> None:
     # Ctrl-C reaches the whole process group: the build handles it, and ends this child as it exits.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        check()
-        answer: Answer = None
-    except FarmError as exc:
-        answer = (exc.what, exc.fix)
-    except Exception as exc:  # anything else is a failed check too, named
-        answer = (f"the toolchain check failed: {type(exc).__name__}: {exc}", "run the command again; if it "
-                  "fails the same way, `farm pin` shows what is installed")
-    send.send(answer)
+    send.send(_answer_of(check))
     send.close()
 
 
@@ -50,7 +53,7 @@ class PinCheck:
         self._pending = True
         if threading.active_count() > 1:  # forking beside other threads is not safe: check here and now
             self._pending = False
-            self._answer = _inline(check)
+            self._answer = _answer_of(check)
             return
         context = multiprocessing.get_context("fork")
         self._receive, send = context.Pipe(duplex=False)
@@ -73,11 +76,3 @@ class PinCheck:
             self._process.join()
         if self._answer is not None:
             raise FarmError(*self._answer)
-
-
-def _inline(check: Callable[[], None]) -> Answer:
-    try:
-        check()
-    except FarmError as exc:
-        return (exc.what, exc.fix)
-    return None
