@@ -16,6 +16,7 @@ from farm.contract import CompileRequest, CompileResult, PhaseJson, TargetFacts
 from farm.core.canonical import sha256_bytes
 from farm.core.errors import FarmError
 from farm.core.private import private_dir
+from farm.execute import autostart
 from farm.plan.decide import REVERIFY, Decision, decide, summary_line
 from farm.plan.digest import CompileRecord, one_look
 from farm.plan.sources import Tree, collect
@@ -317,7 +318,11 @@ def build_selection(cfg: FarmConfig, rows: list[Row], all_rows: list[Row]) -> in
         log.info(summary_line(decisions))
         # The toolchain check runs beside the build's first steps; the build waits for it before it writes.
         pin_check = PinCheck(lambda: _require_installed(cfg)) if any(d.builds for d in decisions) else None
-        return build(cfg, decisions, all_rows, pin_check.wait if pin_check else lambda: None)
+        # Warm by default, for builds that compile: the standing cluster starts once the build knows a row
+        # compiles (here, or once the restore stage finds one the published tree does not give back), so a
+        # build that is up to date, only re-verifies or restores every row leaves no daemon running.
+        return build(cfg, decisions, all_rows, pin_check.wait if pin_check else lambda: None,
+                     lambda: autostart.begin(cfg))
 
 
 def _require_installed(cfg: FarmConfig) -> None:
@@ -327,10 +332,12 @@ def _require_installed(cfg: FarmConfig) -> None:
 
 
 def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row],
-          toolchain_ready: Callable[[], None] = lambda: None) -> int:
+          toolchain_ready: Callable[[], None] = lambda: None, will_compile: Callable[[], None] = lambda: None,
+          ) -> int:
     """Build every decision that needs it; returns the number of failed rows. The caller holds the lock.
     `toolchain_ready` returns once the installed toolchain is the pinned one and raises FarmError when it is
-    not: nothing is written or deleted, and no compile result is taken, before it returned."""
+    not: nothing is written or deleted, and no compile result is taken, before it returned. `will_compile`
+    is called (maybe more than once) as soon as the build knows a row will compile, before it compiles."""
     started = time.monotonic()
     report: BuildReport = {"started_utc": datetime.now(UTC).isoformat(timespec="microseconds"), "rows": [],
                               "pruned": [], "conditions": build_conditions(cfg), **origin_fields(cfg)}
@@ -345,7 +352,9 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row],
                                   failures, cost)
             # Rows whose published objects are current come back from the DVC cache instead (farm/restore/).
             cached = restore(cfg, [d for d in decisions if d.compiles], writer, report["rows"],
-                             Checks(disassemble, accept))
+                             Checks(disassemble, accept), will_compile)
+            if cached.compile:
+                will_compile()
             built = _compile_and_write(cfg, cached.compile, writer, report, failures, cost)
             toolchain_ready()  # a build that wrote nothing still says when the toolchain is not the pinned one
     except OSError as exc:  # disk full, a read-only directory: the finished objects are on disk already

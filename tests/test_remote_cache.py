@@ -18,6 +18,7 @@ from conftest import run_farm, small_copy
 from farm.assure import audit as audit_mod
 from farm.cli.selection import load, selected_rows
 from farm.core.private import private_dir
+from farm.execute import standing_files
 from farm.store.progress import BuildProgress
 
 SEL = "targets=[gfx942]"
@@ -65,9 +66,15 @@ def blob_path(src: Path, remote: Path, relpath: str) -> Path:
 
 def test_rows_come_back_from_the_remote_identical_and_none_compiles(published: Path, tmp_path: Path) -> None:
     project, remote = clone(published, tmp_path / "p")
-    proc = run_farm(project, "build", SEL, remote)
+    # With auto-start on (CI=false): a build that restores every row needs no compiler and starts none.
+    try:
+        proc = run_farm(project, "build", SEL, remote, env={"CI": "false"})
+        started = standing_files.starting(project) or standing_files.running(project) is not None
+    finally:
+        run_farm(project, "cluster", "down")
     assert proc.returncode == 0, proc.stderr
     assert "compiled 0, restored 6, failed 0, up to date 0" in proc.stderr
+    assert "started a standing cluster" not in proc.stderr and not started
     assert "restored 6 of 6 rows from outputs.dvc" in proc.stderr
     # Objects, manifest.json and SOURCE.md: the same bytes as the build that was published.
     assert tree_bytes(project / "outputs") == tree_bytes(published / "outputs")

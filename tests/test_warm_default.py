@@ -104,6 +104,23 @@ def test_build_starts_the_daemon_reuses_it_and_down_ends_everything(built: Path,
     assert not standing_files.starting(project)
 
 
+def test_a_build_that_compiles_nothing_starts_nothing(built: Path, tmp_path: Path) -> None:
+    """Warm by default is for compiling: a build whose rows are all up to date needs no compiler, so it
+    leaves no daemon running (the restore case: tests/test_remote_cache.py)."""
+    project = built_copy(built, tmp_path / "project")
+    try:
+        proc = run_farm(project, "build", f"targets=[{TARGET}]", env=WARM, check=True)
+        assert "built 0, failed 0" in proc.stderr and STARTED not in proc.stderr, proc.stderr
+        assert not standing_files.starting(project) and standing_files.running(project) is None
+        assert not (project / ".farm" / "cluster" / "daemon.log").exists()
+        # One object gone: now a row compiles, and the build starts the daemon for it.
+        next((project / "outputs" / "rmsnorm" / TARGET).glob("*.hsaco")).unlink()
+        again = run_farm(project, "build", f"targets=[{TARGET}]", "executor.num_cpus=1", env=WARM, check=True)
+        assert STARTED in again.stderr and "failed 0" in again.stderr, again.stderr
+    finally:
+        _stop(project)
+
+
 @pytest.mark.parametrize("off", [{"env": {"CI": "true"}, "words": []},
                                  {"env": WARM, "words": ["executor.auto_start=false"]}],
                          ids=["CI=true", "auto_start=false"])

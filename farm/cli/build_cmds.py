@@ -12,7 +12,6 @@ from farm.cli.selection import load, selected_rows
 from farm.core.atomic import write_text_atomic
 from farm.core.errors import FarmError
 from farm.core.private import private_dir
-from farm.execute import autostart
 from farm.store.lock import command_line, lock_wait, tree_lock
 from farm.store.preflight import require_writable, require_writable_dir
 from farm.toolchain.compare import differences
@@ -26,8 +25,6 @@ def cmd_build(inv: Invocation) -> int:
     cfg = load(inv.words)
     require_writable(cfg)  # before any compile: a read-only outputs_dir used to fail after all of them
     rows, every = selected_rows(cfg)
-    # Warm by default: the standing cluster starts now, so its warm-up overlaps the planning below.
-    autostart.begin(cfg)
     failed = build_selection(cfg, rows, every)
     return 1 if failed else 0
 

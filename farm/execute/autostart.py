@@ -2,10 +2,12 @@
 Gradle's daemon start on first use and stop when idle.
 
 The daemon is the one `farm cluster up` starts (farm/execute/standing.py): detached, in its own session,
-stopping itself after executor.standing_idle_minutes without a build. The build starts it as soon as its
-config is read (`begin`), so the daemon's Ray start and warm-up overlap the build's planning; when the
-build needs compilers it waits for it (`wait`), never longer than WAIT_S, and on any failure builds on
-a private cluster as before, saying why in one line. Two builds starting together start one daemon
+stopping itself after executor.standing_idle_minutes without a build. A build starts it as soon as it knows a
+row will compile (`begin`, from farm/build.py: after planning, or once the restore stage finds a row the
+published tree does not give back), so the daemon's Ray start and warm-up overlap the rest of the build's
+preparation, and a build that is up to date or restores every row starts nothing. When the build needs
+compilers it waits for it (`wait`), never longer than WAIT_S, and on any failure builds on a private
+cluster as before, saying why in one line. Two builds starting together start one daemon
 (the daemon lock, farm/execute/standing_files.py): the second waits for the first's.
 
 A daemon running older farm code (the farm was edited or upgraded since it started) would refuse this
@@ -17,7 +19,7 @@ private cluster, saying why; the next idle build replaces it.
 Off with CI=true in the environment (a CI job must leave nothing running behind it) and with
 executor.auto_start=false; then a build uses a standing cluster only when `farm cluster up` started one.
 
-This module does not import Ray: `begin` runs before the build knows whether it compiles anything.
+This module does not import Ray: `begin` runs before the build's compile code is loaded.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -57,15 +58,19 @@ def restore_on(cfg: FarmConfig) -> bool:
 
 
 def restore(cfg: FarmConfig, todo: list[Decision], writer: Writer, report_rows: list[ReportRow],
-            checks: Checks) -> Outcome:
-    """Restore what the published tree holds of `todo` (rows that would compile); returns the rest."""
+            checks: Checks, will_compile: Callable[[], None] = lambda: None) -> Outcome:
+    """Restore what the published tree holds of `todo` (rows that would compile); returns the rest.
+    `will_compile` is called as soon as a row is known to compile (the build starts its compilers then)."""
     pointer = pointer_of(cfg) if todo and restore_on(cfg) else None
     if pointer is None:
+        if todo:
+            will_compile()
         return Outcome(compile=list(todo))
     published = PublishedNames(pointer.path)
     if published.holds_none_of(todo):  # e.g. a width added since: DVC need not be opened (~1 s) to know
         log.info("restored 0 of %d rows: the tree %s points to has none of them (its file list, as an earlier "
                  "build read it); compiling %d", len(todo), pointer.path.name, len(todo))
+        will_compile()
         return Outcome(compile=list(todo), consulted=True)
     with Verifiers(cfg, checks) as verifiers:  # forked first: no DVC or progress thread exists yet
         try:
@@ -73,9 +78,11 @@ def restore(cfg: FarmConfig, todo: list[Decision], writer: Writer, report_rows: 
         except Unreachable as exc:  # nothing published to this remote yet is the normal state of a new clone
             log.log(logging.INFO if isinstance(exc, NothingPublished) else logging.WARNING,
                     "restore: %s; compiling every row", exc.what)
+            will_compile()
             return Outcome(compile=list(todo))
         with BuildProgress([d.row.key for d in todo], 1, sys.stderr, phase="restoring") as progress:
-            outcome = _restore_all(cfg, view, todo, verifiers, _Sink(writer, report_rows, progress), published)
+            outcome = _restore_all(cfg, view, todo, verifiers, _Sink(writer, report_rows, progress), published,
+                                   will_compile)
     published.save()
     log.info("restored %d of %d rows from %s (%s); compiling %d", outcome.restored, len(todo), pointer.path.name,
              view.remote.describe(), len(outcome.compile))
@@ -109,7 +116,7 @@ class _Sink:
 
 
 def _restore_all(cfg: FarmConfig, view: CacheView, todo: list[Decision], verifiers: Verifiers,
-                 sink: _Sink, published: PublishedNames) -> Outcome:
+                 sink: _Sink, published: PublishedNames, will_compile: Callable[[], None]) -> Outcome:
     """Fetch directory by directory in the driver while the workers verify what was fetched before."""
     outcome = Outcome(consulted=True)
     # What `decide` judges lookups against, and today's inputs shared by every row of this pass.
@@ -125,6 +132,8 @@ def _restore_all(cfg: FarmConfig, view: CacheView, todo: list[Decision], verifie
             log.warning("restore: %s; compiling %s/%s/ instead", exc.what, op, target)
             fetched, left = [], decisions
         outcome.compile += left
+        if left:
+            will_compile()
         sink.progress.update(len(left))
         for i in range(0, len(fetched), CHUNK):
             chunk = fetched[i:i + CHUNK]
