@@ -78,6 +78,18 @@ def run_farm(project: Path, *args: str, env: dict[str, str] | None = None,
     return proc
 
 
+def stop_cluster(project: Path) -> None:
+    """End whatever standing cluster a test started in `project`, even one still coming up."""
+    from farm.execute import standing_files
+
+    if standing_files.starting(project):
+        try:
+            standing_files.wait_up(project, None, 120)
+        except Exception:  # noqa: BLE001 (it failed to come up: nothing left to stop)
+            pass
+    run_farm(project, "cluster", "down")
+
+
 LLD19 = Path("/usr/lib/llvm-19/bin/ld.lld")
 # The disassembler block of the project's pin, for test toolchains (verification stays the same).
 PINNED_DISASSEMBLER = "disassembler:" + (REPO / "conf/toolchain/pinned.yaml").read_text().split("\ndisassembler:")[1]

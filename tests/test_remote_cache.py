@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import run_farm, small_copy
+from conftest import run_farm, small_copy, stop_cluster
 
 from farm.assure import audit as audit_mod
 from farm.cli.selection import load, selected_rows
@@ -71,7 +71,7 @@ def test_rows_come_back_from_the_remote_identical_and_none_compiles(published: P
         proc = run_farm(project, "build", SEL, remote, env={"CI": "false"})
         started = standing_files.starting(project) or standing_files.running(project) is not None
     finally:
-        run_farm(project, "cluster", "down")
+        stop_cluster(project)
     assert proc.returncode == 0, proc.stderr
     assert "compiled 0, restored 6, failed 0, up to date 0" in proc.stderr
     assert "started a standing cluster" not in proc.stderr and not started

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import built_copy, run_farm, small_copy
+from conftest import built_copy, run_farm, small_copy, stop_cluster
 
 from farm.execute import standing_files
 from farm.execute.processes import Identity, identities, verified
@@ -32,16 +32,6 @@ def _report(project: Path) -> dict:
 
 def _pid(worker: str) -> int:
     return int(worker.rsplit(" pid ", 1)[1])
-
-
-def _stop(project: Path) -> None:
-    """End whatever daemon a test started there, even one still coming up."""
-    if standing_files.starting(project):
-        try:
-            standing_files.wait_up(project, None, 120)
-        except Exception:  # noqa: BLE001 (it failed to come up: nothing left to stop)
-            pass
-    run_farm(project, "cluster", "down")
 
 
 def _gone(idents: list[Identity], timeout_s: float = 30) -> list[Identity]:
@@ -118,7 +108,7 @@ def test_a_build_that_compiles_nothing_starts_nothing(built: Path, tmp_path: Pat
         again = run_farm(project, "build", f"targets=[{TARGET}]", "executor.num_cpus=1", env=WARM, check=True)
         assert STARTED in again.stderr and "failed 0" in again.stderr, again.stderr
     finally:
-        _stop(project)
+        stop_cluster(project)
 
 
 @pytest.mark.parametrize("off", [{"env": {"CI": "true"}, "words": []},
@@ -137,7 +127,7 @@ def test_auto_start_off_starts_nothing(built: Path, tmp_path: Path, off: dict) -
         assert not standing_files.starting(project) and standing_files.running(project) is None
         assert not (project / ".farm" / "cluster" / "daemon.log").exists()
     finally:
-        _stop(project)
+        stop_cluster(project)
 
 
 def test_a_daemon_that_cannot_start_leaves_a_private_build(built: Path, tmp_path: Path) -> None:
@@ -208,7 +198,7 @@ def test_a_daemon_of_older_farm_code_is_replaced_only_when_no_build_uses_it(buil
         daemon = psutil.Process(int(new["pid"]))
         everything = identities([daemon, *daemon.children(recursive=True)])
     finally:
-        _stop(project)
+        stop_cluster(project)
     assert _gone(everything) == []
     assert not standing_files.starting(project)
 
