@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -30,9 +31,12 @@ from farm.toolchain.installed import compile_part
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _burn() -> None:
-    for i in range(20000):
-        hashlib.sha256(str(i).encode()).hexdigest()
+def _burn(cpu_s: float = 0.03) -> None:
+    """Spend `cpu_s` of this thread's CPU: a fixed amount of work took 9 ms on a fast machine, under what the
+    checks below need, and ~40 ms on a slow one."""
+    end = time.thread_time() + cpu_s
+    while time.thread_time() < end:
+        hashlib.sha256(b"burn").hexdigest()
 
 
 def test_driver_cost_report_is_consistent() -> None:
