@@ -87,7 +87,7 @@ class _Batches:
     def __init__(self, cases: list[Case], size: int) -> None:
         self.batches = [[c.result for c in cases[i:i + size]] for i in range(0, len(cases), size)]
 
-    def completed_batches(self) -> Iterator[list[CompileResult]]:
+    def completed_batches(self, gather_s: float = 0.0) -> Iterator[list[CompileResult]]:
         yield from self.batches
 
     def taken_unix(self, key: str) -> float | None:
@@ -112,7 +112,7 @@ def replay(cfg: FarmConfig, cases: list[Case], size: int, tree: Tree) -> DriverR
         failures: list = []
         with farm_build.DirectoryWriter(run_cfg) as writer, cost.window():
             farm_build._collect(run_cfg, _Batches(cases, size), {c.row.key: c.row for c in cases}, tree, writer,
-                                [], failures, _Bar(), lambda: None, cost)
+                                [], failures, _Bar(), lambda: None, cost, 0.0)
             with cost.section("write", "flush"):
                 writer.flush()
         if failures:

@@ -191,11 +191,12 @@ class DirectoryWriter:
 
 def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], tree: Tree, writer: DirectoryWriter,
              report_rows: list[ReportRow], failures: list[tuple[Row, str, str]], bar: Any,
-             heartbeat: Callable[[], None], cost: DriverCost) -> int:
-    """Verify and write results as they arrive, a batch at a time; returns the number written. `tree` is
-    the kernel sources this build shipped: the compiles' lookups are answered from it."""
+             heartbeat: Callable[[], None], cost: DriverCost, gather_s: float) -> int:
+    """Verify and write results as they arrive, a batch at a time (what finishes within `gather_s` of a
+    batch's first result); returns the number written. `tree` is the kernel sources this build shipped: the
+    compiles' lookups are answered from it."""
     built = 0
-    batches = iter(pool.completed_batches())
+    batches = iter(pool.completed_batches(gather_s))
     while True:
         with cost.section("ray", "ray results"):  # waiting costs no CPU; taking results (get, deserialize) does
             batch = next(batches, None)
@@ -405,7 +406,9 @@ def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryW
     # (~0.7 s to import) comes only with a RayExecutor: a build relayed through the standing cluster's
     # daemon never imports it (farm/execute/relay.py).
     from farm.execute.choice import done, executor_for, for_build, mark_used
+    from farm.execute.settings import batch_gather_s
 
+    gather_s = batch_gather_s()  # a bad FARM_BATCH_GATHER_S is named before anything starts
     cost = cost or DriverCost()
     rows = {d.row.key: d.row for d in todo}
     standing = for_build(cfg)
@@ -429,7 +432,7 @@ def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryW
                     # A long build keeps the standing cluster's idle clock from running out under it.
                     heartbeat = (lambda: mark_used(cfg.root)) if standing else (lambda: None)
                     built = _collect(cfg, progress.watch(pool), rows, Tree.of(sources), writer, report["rows"],
-                                     failures, progress, heartbeat, cost)
+                                     failures, progress, heartbeat, cost, gather_s)
                 finally:
                     with cost.section("write", "flush"):
                         writer.flush()

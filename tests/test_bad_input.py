@@ -39,6 +39,15 @@ def test_non_numeric_option_values_are_one_clear_error(small_project: Path, over
     refused(run_farm(small_project, "plan", override), says)
 
 
+@pytest.mark.parametrize("value", ["abc", "-1", "nan", "61"])
+def test_a_bad_batch_gather_setting_is_refused_before_any_work(small_project: Path, tmp_path: Path,
+                                                               value: str) -> None:
+    out = tmp_path / "out"
+    proc = run_farm(small_project, "build", f"outputs_dir={out}", env={"FARM_BATCH_GATHER_S": value})
+    refused(proc, f"FARM_BATCH_GATHER_S={value!r} is not a number of seconds from 0 to 60", "unset it")
+    assert "rows=" not in proc.stderr and not list(out.rglob("*.hsaco"))
+
+
 def test_override_without_a_key_is_refused(small_project: Path) -> None:
     refused(run_farm(small_project, "plan", "=1"), "malformed override '=1'", "with a key")
     refused(run_farm(small_project, "plan", "executor=1"), "config error in executor=1", "conf/<group>/")

@@ -567,7 +567,9 @@ def test_driver_killed_mid_build_resumes(project: Path, reference: dict[str, byt
     """The local executor: the driver owns a private Ray (gcs_server, raylet, workers) that a SIGKILL orphans."""
     out, reports = tmp_path / "outputs", tmp_path / "reports"
     ray_tmp = Path(tempfile.mkdtemp(prefix="d-", dir=ray_temp))  # swept at the end of the module
-    env = dict(os.environ, RAY_TMPDIR=str(ray_tmp))
+    # Each result verified and recorded on its own (no 1 s gather): on a fast machine all six rows finished
+    # within one gather, so the first manifest flush recorded every object before the kill could land.
+    env = dict(os.environ, RAY_TMPDIR=str(ray_tmp), FARM_BATCH_GATHER_S="0")
     env.pop("FARM_PROJECT", None)
     # One worker: rows finish one at a time, so the kill lands between two objects.
     cmd = [sys.executable, "-m", "farm.cli", "build", f"outputs_dir={out}", f"report_dir={reports}",

@@ -12,6 +12,7 @@ from farm.cli.selection import load, selected_rows
 from farm.core.atomic import write_text_atomic
 from farm.core.errors import FarmError
 from farm.core.private import private_dir
+from farm.execute.settings import batch_gather_s
 from farm.store.lock import command_line, lock_wait, tree_lock
 from farm.store.preflight import require_writable, require_writable_dir
 from farm.toolchain.compare import differences
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 def cmd_build(inv: Invocation) -> int:
     cfg = load(inv.words)
     require_writable(cfg)  # before any compile: a read-only outputs_dir used to fail after all of them
+    batch_gather_s()  # a bad FARM_BATCH_GATHER_S is named before any work
     rows, every = selected_rows(cfg)
     failed = build_selection(cfg, rows, every)
     return 1 if failed else 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +15,23 @@ from farm.core.errors import FarmError
 # 23.8 / 21.0 / 22.9 s, 7.1-7.8 ms and 12-14 ms; 2.0 s was no faster than 1.0 s. A result waits at most
 # this long before it reaches the manifests (what a resumed build counts as done).
 BATCH_GATHER_S = 1.0
+# Overrides it for one command, in seconds (0: every result is verified on its own, as soon as it comes).
+GATHER_ENV = "FARM_BATCH_GATHER_S"
+
+
+def batch_gather_s() -> float:
+    """BATCH_GATHER_S, or FARM_BATCH_GATHER_S when that is set: a number of seconds from 0 to 60."""
+    raw = os.environ.get(GATHER_ENV, "").strip()
+    if not raw:
+        return BATCH_GATHER_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 60:  # NaN fails this too
+        raise FarmError(f"{GATHER_ENV}={raw!r} is not a number of seconds from 0 to 60",
+                        f"unset it (the default is {BATCH_GATHER_S:g} s) or set e.g. {GATHER_ENV}=0.5")
+    return value
 
 
 def num_cpus(executor_cfg: Mapping[str, Any]) -> int | None:
