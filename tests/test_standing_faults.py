@@ -323,6 +323,7 @@ class _Flaky:
         mark = self.marks / request.key.replace("/", "_")
         if request.key == "die/always" or (request.key == "die/once" and not mark.exists()):
             mark.write_text(str(os.getpid()))
+            (self.marks / f"death-{os.getpid()}").write_text(request.key)  # one file per actor that died
             os._exit(1)
         return CompileResult(key=request.key, ok=True, worker=f"pid {os.getpid()}")
 
@@ -358,5 +359,7 @@ def test_a_dead_actor_s_row_is_retried_on_another_and_the_actor_replaced(tmp_pat
     assert all(by_key[k].ok for k in keys if k != "die/always")  # die/once: retried on another actor
     assert not by_key["die/always"].ok and by_key["die/always"].error.startswith("Ray task failed: ")
     assert len({by_key[k].worker for k in keys if k != "die/always"}) >= 2
-    # Three deaths (die/once once, die/always on its try and its one retry): three replacements.
-    assert len(started) == 2 + 3
+    # Each actor that died was replaced, once: die/once's death and die/always's on its try and retry (how
+    # many that is depends on which rows shared a dead actor's two slots: 6 actors were seen once for 5).
+    deaths = len(list(tmp_path.glob("death-*")))
+    assert deaths >= 2 and len(started) == 2 + deaths
