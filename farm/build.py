@@ -354,7 +354,7 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row],
             # Rows whose published objects are current come back from the DVC cache instead (farm/restore/).
             cached = restore(cfg, [d for d in decisions if d.compiles], writer, report["rows"],
                              Checks(disassemble, accept), will_compile)
-            if cached.compile:
+            if cached.compile:  # the restore stage returns at once when it cannot restore anything
                 will_compile()
             built = _compile_and_write(cfg, cached.compile, writer, report, failures, cost)
             toolchain_ready()  # a build that wrote nothing still says when the toolchain is not the pinned one

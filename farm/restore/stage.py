@@ -60,17 +60,16 @@ def restore_on(cfg: FarmConfig) -> bool:
 def restore(cfg: FarmConfig, todo: list[Decision], writer: Writer, report_rows: list[ReportRow],
             checks: Checks, will_compile: Callable[[], None] = lambda: None) -> Outcome:
     """Restore what the published tree holds of `todo` (rows that would compile); returns the rest.
-    `will_compile` is called as soon as a row is known to compile (the build starts its compilers then)."""
+    `will_compile` is called when a directory's fetch leaves a row to compile while others are still to be
+    fetched (the build starts its compilers then); the caller calls it for whatever the returned outcome
+    leaves to compile."""
     pointer = pointer_of(cfg) if todo and restore_on(cfg) else None
     if pointer is None:
-        if todo:
-            will_compile()
         return Outcome(compile=list(todo))
     published = PublishedNames(pointer.path)
     if published.holds_none_of(todo):  # e.g. a width added since: DVC need not be opened (~1 s) to know
         log.info("restored 0 of %d rows: the tree %s points to has none of them (its file list, as an earlier "
                  "build read it); compiling %d", len(todo), pointer.path.name, len(todo))
-        will_compile()
         return Outcome(compile=list(todo), consulted=True)
     with Verifiers(cfg, checks) as verifiers:  # forked first: no DVC or progress thread exists yet
         try:
@@ -78,7 +77,6 @@ def restore(cfg: FarmConfig, todo: list[Decision], writer: Writer, report_rows: 
         except Unreachable as exc:  # nothing published to this remote yet is the normal state of a new clone
             log.log(logging.INFO if isinstance(exc, NothingPublished) else logging.WARNING,
                     "restore: %s; compiling every row", exc.what)
-            will_compile()
             return Outcome(compile=list(todo))
         with BuildProgress([d.row.key for d in todo], 1, sys.stderr, phase="restoring") as progress:
             outcome = _restore_all(cfg, view, todo, verifiers, _Sink(writer, report_rows, progress), published,
