@@ -451,7 +451,7 @@ def kill_now(procs: list[psutil.Process]) -> None:
 def node_with_a_row_in_flight(build: subprocess.Popen, out: Path, log: Path, nodes: Iterable[T],
                               busy: Callable[[T], bool], timeout_s: float = 300) -> T:
     """The first of `nodes` with a row in flight (`busy`: its compile has started, so its node is warm). Not
-    gated on objects written: manifests are flushed about once a second, so a small build may finish before
+    gated on objects written: manifests are flushed at most every 5 s, so a small build may finish before
     any object is recorded."""
     deadline = time.monotonic() + timeout_s
     while True:
