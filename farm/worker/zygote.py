@@ -67,6 +67,9 @@ def preload() -> None:
 
 def serve() -> None:
     preload()
+    # The MLIR context every child's compile uses, made once here, unused: a fork making its own cost ~10 ms
+    # a row (bench/fork_tax.py). Every child starts from the same one, so no row sees another's history.
+    flydsl_compat.use_premade_context()
     remember_loaded()
     # Move everything imported so far out of the collector's reach: the children then do not write
     # to (copy-on-write fault) those objects' pages.
