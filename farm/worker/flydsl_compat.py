@@ -34,13 +34,12 @@ import flydsl.compiler  # noqa: F401  (loads the backends: the registry below ne
 from flydsl._mlir import ir
 from flydsl._mlir.dialects import gpu
 from flydsl._mlir.passmanager import PassManager
-from flydsl.compiler import external_llvm
-from flydsl.compiler.backends import register_backend
-from flydsl.compiler.backends.rocm import RocmBackend
 
 # PRIVATE: the context FlyDSL itself compiles in (multithreading off, all dialects loaded). Codegen runs in
 # the same kind of context, as FlyDSL's own would; a public context factory would replace it.
-from flydsl.compiler import jit_function
+from flydsl.compiler import external_llvm, jit_function
+from flydsl.compiler.backends import register_backend
+from flydsl.compiler.backends.rocm import RocmBackend
 from flydsl.compiler.jit_function import _create_mlir_context
 from flydsl.utils import env as flydsl_env
 
