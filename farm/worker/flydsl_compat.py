@@ -34,12 +34,12 @@ import flydsl.compiler  # noqa: F401  (loads the backends: the registry below ne
 from flydsl._mlir import ir
 from flydsl._mlir.dialects import gpu
 from flydsl._mlir.passmanager import PassManager
+from flydsl.compiler import external_llvm
+from flydsl.compiler.backends import register_backend
+from flydsl.compiler.backends.rocm import RocmBackend
 
 # PRIVATE: the context FlyDSL itself compiles in (multithreading off, all dialects loaded). Codegen runs in
 # the same kind of context, as FlyDSL's own would; a public context factory would replace it.
-from flydsl.compiler import external_llvm, jit_function
-from flydsl.compiler.backends import register_backend
-from flydsl.compiler.backends.rocm import RocmBackend
 from flydsl.compiler.jit_function import _create_mlir_context
 from flydsl.utils import env as flydsl_env
 
@@ -205,7 +205,7 @@ def use_premade_context() -> None:
 
     # PRIVATE: FlyDSL's compile looks `_create_mlir_context` up in its module at each compile; a public
     # context factory (or a context argument) would replace the assignment.
-    jit_function._create_mlir_context = next_context
+    flydsl.compiler.jit_function._create_mlir_context = next_context
 
 
 def run_binary_pass(module_text: str, pipeline: str, timeline: Timeline, context: Any = None) -> str:
