@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -195,34 +197,98 @@ class DirectoryWriter:
 def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], tree: Tree, writer: DirectoryWriter,
              report_rows: list[ReportRow], failures: list[tuple[Row, str, str]], bar: Any,
              heartbeat: Callable[[], None], cost: DriverCost, gather_s: float) -> int:
-    """Verify and write results as they arrive, a batch at a time (what finishes within `gather_s` of a
-    batch's first result); returns the number written. `tree` is the kernel sources this build shipped: the
-    compiles' lookups are answered from it."""
-    built = 0
+    """Take results as they arrive, a batch at a time (what finishes within `gather_s` of a batch's first
+    result), and verify and write each batch on the verify thread (`VerifyThread`); returns the number
+    written. `tree` is the kernel sources this build shipped: the compiles' lookups are answered from it."""
+    written = _BatchWriter(cfg, pool, rows, tree, writer, report_rows, failures, bar, cost)
     batches = iter(pool.completed_batches(gather_s))
-    while True:
-        with cost.section("ray", "ray results"):  # waiting costs no CPU; taking results (get, deserialize) does
-            batch = next(batches, None)
-        if batch is None:
-            return built
-        writer.ready()  # results are verified with the pinned disassembler, once the toolchain check passed
-        held = time.time()
-        for result, (entry, refused, phases) in zip(batch, _verify_batch(cfg, rows, tree, batch, cost), strict=True):
-            row = rows[result.key]
+    with VerifyThread(written.take, cost) as verifying:
+        while True:
+            with cost.section("ray", "ray results"):  # waiting costs no CPU; taking results (get, deserialize) does
+                batch = next(batches, None)
+            if batch is None:
+                break
+            verifying.put(batch, time.time())
+            heartbeat()
+    return written.built
+
+
+class VerifyThread:
+    """The driver's verification and writing, on a thread of its own. The main thread only takes results
+    (and with them hands the workers their next rows) and queues each batch here, so a batch's disassembly,
+    acceptance and writes never hold up the rows behind it: done on the main thread, with many workers,
+    they left workers idle while it waited for the disassembler. One thread: batches are verified in the
+    order they came, and the writer is used by one thread at a time.
+
+    An error on this thread ends the build: the next `put` (or the end) raises it on the main thread. When
+    the main thread ends with an error, the batches already queued are still verified and written before
+    it leaves (they are finished compiles; the build's last flush records them)."""
+
+    def __init__(self, handle: Callable[[list[CompileResult], float], None], cost: DriverCost) -> None:
+        self._handle = handle
+        self._cost = cost
+        self._queue: queue.SimpleQueue[tuple[list[CompileResult], float] | None] = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="farm-verify", daemon=True)
+
+    def __enter__(self) -> VerifyThread:
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None and kind is None:
+            raise self._error
+
+    def put(self, batch: list[CompileResult], taken_unix: float) -> None:
+        """Queue a batch taken at `taken_unix`; raises the verify thread's error, if it had one."""
+        if self._error is not None:
+            raise self._error
+        self._queue.put((batch, taken_unix))
+
+    def _run(self) -> None:
+        started = time.thread_time()
+        try:
+            while (item := self._queue.get()) is not None:
+                if self._error is None:  # after an error, the rest of the queue is only emptied
+                    try:
+                        self._handle(*item)
+                    except BaseException as exc:  # noqa: BLE001  (re-raised on the main thread)
+                        self._error = exc
+        finally:
+            self._cost.helper += time.thread_time() - started
+
+
+class _BatchWriter:
+    """What the verify thread does with one batch: verify it, write what passes, report every row."""
+
+    def __init__(self, cfg: FarmConfig, pool: Any, rows: dict[str, Row], tree: Tree, writer: DirectoryWriter,
+                 report_rows: list[ReportRow], failures: list[tuple[Row, str, str]], bar: Any,
+                 cost: DriverCost) -> None:
+        self.cfg, self.pool, self.rows, self.tree, self.writer = cfg, pool, rows, tree, writer
+        self.report_rows, self.failures, self.bar, self.cost = report_rows, failures, bar, cost
+        self.built = 0
+
+    def take(self, batch: list[CompileResult], held: float) -> None:
+        self.writer.ready()  # results are verified with the pinned disassembler, once the toolchain check passed
+        checked = _verify_batch(self.cfg, self.rows, self.tree, batch, self.cost)
+        for result, (entry, refused, phases) in zip(batch, checked, strict=True):
+            row = self.rows[result.key]
             if entry is not None:
-                with cost.section("write"):
-                    phases.append(writer.write_object(row, elf_of(result), entry))
-                built += 1
+                with self.cost.section("write"):
+                    phases.append(self.writer.write_object(row, elf_of(result), entry))
+                self.built += 1
             else:
-                failures.append((row, refused or "", result.stderr))
-                bar.write(f"FAILED {row.key}: {refused}")
-            taken = pool.taken_unix(result.key) or held
-            report_rows.append(_report_row(result, entry is not None, refused, _ray_return(result, taken) + phases))
-            bar.update(1)
-        cost.rows += len(batch)
-        with cost.section("write", "flush"):
-            writer.flush_due()
-        heartbeat()
+                self.failures.append((row, refused or "", result.stderr))
+                self.bar.write(f"FAILED {row.key}: {refused}")
+            taken = self.pool.taken_unix(result.key) or held
+            driver = _ray_return(result, taken) + phases
+            self.report_rows.append(_report_row(result, entry is not None, refused, driver))
+            self.bar.update(1)
+        self.cost.rows += len(batch)
+        with self.cost.section("write", "flush"):
+            self.writer.flush_due()
 
 
 def _verify_batch(cfg: FarmConfig, rows: dict[str, Row], tree: Tree | dict[str, CompileRecord],
@@ -372,7 +438,7 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row],
     elapsed = time.monotonic() - started
     report |= {"seconds": round(elapsed, 3), "built": built, "restored": cached.restored, "reverified": reverified,
                "failed": len(failures), "up_to_date": len(decisions) - todo, "driver": cost.report(),
-               "driver_timeline": cost.spans}
+               "driver_timeline": cost.spans, "driver_verify_timeline": cost.verify_spans}
     # A build that had nothing to do leaves no report: the reports stay a record of builds that did something.
     did_something = bool(todo or report["pruned"])
     report_path = write_build_report(cfg, report) if did_something else "none (nothing to do)"

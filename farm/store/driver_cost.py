@@ -5,13 +5,16 @@ worker seconds / the driver's CPU seconds per row. The cost is counted while row
 from the first row sent to Ray until the last result is written); starting the cluster is a fixed cost of
 a build, not a row's, and is left out.
 
-- `verify`, `write`, `ray`: the driver's main thread (time.thread_time) in the batch disassembly and the
-  acceptance checks; the object writes and manifest flushes; submitting rows and taking results from Ray
-  (wait, get, deserialize), or from the standing cluster's daemon when it relays them.
+- `verify`, `write`, `ray`: the CPU (time.thread_time) of the driver's own threads in the batch disassembly
+  and the acceptance checks; the object writes and manifest flushes (both on the build's verify thread,
+  farm/build.py `VerifyThread`); submitting rows and taking results from Ray (wait, get, deserialize), or
+  from the standing cluster's daemon when it relays them (the main thread).
 - `threads`: the CPU of the driver's other threads (Ray's core-worker threads receiving results and keeping
-  the connection, the progress ticker): process CPU that is not the main thread's. Much of it runs per
-  second of the build, not per row, so on a small cluster it weighs on each row more than on a large one.
-- `other`: the rest of the main thread's CPU in those windows (the build loop, report rows, progress).
+  the connection, the progress ticker): process CPU that is neither the main thread's nor the verify
+  thread's. Much of it runs per second of the build, not per row, so on a small cluster it weighs on each
+  row more than on a large one.
+- `other`: the rest of the main and verify threads' CPU in those windows (the build loop, report rows,
+  progress).
 - `disassembler_cpu_seconds`: the disassembler processes the driver runs (children's rusage): a real cost
   of the driver's machine, named apart because it is not the driver process's own CPU.
 - `daemon_cpu_seconds`: when the rows went through the standing cluster's daemon (farm/execute/relay.py),
@@ -22,6 +25,7 @@ a build, not a row's, and is left out.
 from __future__ import annotations
 
 import resource
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -65,9 +69,14 @@ class DriverCost:
         self.rows = 0
         self.process = 0.0
         self.main = 0.0
+        self.helper = 0.0  # the verify thread's CPU (it starts and ends inside a window): added by that thread
         self.children = 0.0
         self.sections = dict.fromkeys(SECTIONS, 0.0)
-        self.spans: list[PhaseJson] = []  # the driver's work in time order (the timeline's driver lane)
+        # The driver's work in time order, for the timeline's driver lanes: the thread that made this counter
+        # (the build's main thread) and the others (the build's verify thread).
+        self.owner = threading.get_ident()
+        self.spans: list[PhaseJson] = []
+        self.verify_spans: list[PhaseJson] = []
         self.daemon: float | None = None  # the relaying daemon's CPU for these rows, as it said
 
     @contextmanager
@@ -83,18 +92,20 @@ class DriverCost:
 
     @contextmanager
     def section(self, name: str, span: str | None = None) -> Iterator[None]:
-        """Main-thread CPU spent on one kind of work (one of SECTIONS), inside a window; its wall-clock span
-        is kept for the timeline's driver lane, as `span` (default: the section's name)."""
+        """The calling thread's CPU spent on one kind of work (one of SECTIONS), inside a window; its wall-clock
+        span is kept for the timeline's driver lanes, as `span` (default: the section's name)."""
         start, wall = time.thread_time(), time.time()
         try:
             yield
         finally:
             self.sections[name] += time.thread_time() - start
-            self.spans.append(PhaseJson(name=span or name, start_unix=wall, seconds=time.time() - wall))
+            lane = self.spans if threading.get_ident() == self.owner else self.verify_spans
+            lane.append(PhaseJson(name=span or name, start_unix=wall, seconds=time.time() - wall))
 
     def report(self) -> DriverReport:
         rows = max(self.rows, 1)
-        threads = max(self.process - self.main, 0.0)  # the driver's other threads: Ray's, the progress ticker
+        # The driver's other threads: Ray's, the progress ticker.
+        threads = max(self.process - self.main - self.helper, 0.0)
         verify, write, ray = self.sections["verify"], self.sections["write"], self.sections["ray"]
         other = self.process - verify - write - ray - threads
         return {

@@ -92,7 +92,8 @@ class BuildReport(StartedReport, total=False):
     failed: int
     up_to_date: int
     driver: DriverReport  # the driver's CPU per row (farm/store/driver_cost.py)
-    driver_timeline: list[PhaseJson]  # the driver's own work in time order: the timeline's driver lane
+    driver_timeline: list[PhaseJson]  # the driver's main thread's work in time order: its timeline lane
+    driver_verify_timeline: list[PhaseJson]  # the driver's verify thread's work: its timeline lane
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,8 @@ def write_build_report(cfg: FarmConfig, report: BuildReport) -> Path | str:
         text = canonical_json(report)
         write_text_atomic(path, text)
         write_text_atomic(cfg.report_dir / "latest-build.json", text)
-        trace = canonical_json(chrome_trace(report["rows"], report.get("driver_timeline", [])))
+        trace = canonical_json(chrome_trace(report["rows"], report.get("driver_timeline", []),
+                                             report.get("driver_verify_timeline", [])))
         write_text_atomic(cfg.report_dir / f"{name}.trace.json", trace)
         write_text_atomic(cfg.report_dir / "latest-build.trace.json", trace)
         _prune(cfg.report_dir, tree_tag(cfg), keep)

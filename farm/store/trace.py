@@ -54,17 +54,20 @@ class Trace(TypedDict):
 # Phases the driver appends to a row (farm/build.py); every other phase ran on the row's worker.
 DRIVER_PHASES = ("ray_return", "verify", "write")
 DRIVER_PID = 0  # the driver's process in the trace (nodes count from 1)
-DRIVER_WORK, DRIVER_ROWS = 0, 1  # its lanes: its own work, and the rows' driver phases
+# Its lanes: its main thread, the rows' driver phases, its verify thread.
+DRIVER_WORK, DRIVER_ROWS, DRIVER_VERIFY = 0, 1, 2
 
 
-def chrome_trace(rows: Sequence[TimedRow], driver: Sequence[PhaseJson] = ()) -> Trace:
-    """The timeline of a build's rows, and of the driver's own work (`driver`: spans in time order)."""
+def chrome_trace(rows: Sequence[TimedRow], driver: Sequence[PhaseJson] = (),
+                 verifying: Sequence[PhaseJson] = ()) -> Trace:
+    """The timeline of a build's rows, and of the driver's own work (`driver`: its main thread's spans in time
+    order; `verifying`: its verify thread's)."""
     # Only rows with both times are drawn, so indexing them below is safe.
     timed = [r for r in rows if r.get("started_unix") is not None and r.get("finished_unix") is not None]
-    starts = [r["started_unix"] for r in timed] + [p["start_unix"] for p in driver]
+    starts = [r["started_unix"] for r in timed] + [p["start_unix"] for p in (*driver, *verifying)]
     origin = min(starts, default=0.0)
     nodes = {node: i + 1 for i, node in enumerate(sorted({str(r.get("node")) for r in timed}))}
-    events: list[TraceEvent] = _driver_lanes(rows, driver, origin)
+    events: list[TraceEvent] = _driver_lanes(rows, driver, verifying, origin)
     for node, pid in nodes.items():
         events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"node {node}"}})
     lanes: set[tuple[int, int]] = set()
@@ -86,16 +89,21 @@ def chrome_trace(rows: Sequence[TimedRow], driver: Sequence[PhaseJson] = ()) -> 
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def _driver_lanes(rows: Sequence[TimedRow], driver: Sequence[PhaseJson], origin: float) -> list[TraceEvent]:
-    """The driver's process: its own work in one lane, the rows' driver phases in another."""
+def _driver_lanes(rows: Sequence[TimedRow], driver: Sequence[PhaseJson], verifying: Sequence[PhaseJson],
+                  origin: float) -> list[TraceEvent]:
+    """The driver's process: its main thread's work in one lane, its verify thread's in another, the rows'
+    driver phases in a third."""
     events: list[TraceEvent] = [
         {"ph": "M", "name": "process_name", "pid": DRIVER_PID, "tid": 0, "args": {"name": "driver"}},
         {"ph": "M", "name": "thread_name", "pid": DRIVER_PID, "tid": DRIVER_WORK, "args": {"name": "driver work"}},
         {"ph": "M", "name": "thread_name", "pid": DRIVER_PID, "tid": DRIVER_ROWS,
          "args": {"name": "rows on the driver"}},
+        {"ph": "M", "name": "thread_name", "pid": DRIVER_PID, "tid": DRIVER_VERIFY,
+         "args": {"name": "driver verify thread"}},
     ]
-    events += [{"ph": "X", "name": span["name"], "cat": "driver", "pid": DRIVER_PID, "tid": DRIVER_WORK,
-                "ts": _us(span["start_unix"] - origin), "dur": _us(span["seconds"])} for span in driver]
+    events += [{"ph": "X", "name": span["name"], "cat": "driver", "pid": DRIVER_PID, "tid": tid,
+                "ts": _us(span["start_unix"] - origin), "dur": _us(span["seconds"])}
+               for tid, spans in ((DRIVER_WORK, driver), (DRIVER_VERIFY, verifying)) for span in spans]
     for r in rows:
         events += [_phase_event(p, r.get("key", "?"), DRIVER_PID, DRIVER_ROWS, origin)
                    for p in r.get("phases") or [] if p["name"] in DRIVER_PHASES]
