@@ -8,7 +8,11 @@ batch disassembly, acceptance, object writes, manifest flushes):
 
 - inline: the main thread verifies and writes each batch before it takes the next (the build before the
   verify thread);
-- thread: the main thread only takes results and queues them for `VerifyThread` (what `farm build` does).
+- thread: the main thread only takes results and queues them for `VerifyThread`, which disassembles,
+  accepts and writes each batch;
+- farm: what `farm build` does (`_collect`): as `thread`, and each batch's disassembly starts when the main
+  thread takes it, on threads of its own (`EarlyDisassembly`), while the verify thread works on the batches
+  before it.
 
 The workers are emulated, not Ray: `--slots` slots, each row taking `--row-s` seconds of wall time (no CPU),
 batches gathered as the real dispatch gathers them (`--gather-s` after a batch's first result). Their
@@ -18,7 +22,7 @@ disassembler runs on this machine).
 
 Usage: .venv/bin/python bench/driver_feed.py [--rows 1453] [--slots 64,256] [--row-s 0.25] [--gather-s 1]
 Per way and slot count it prints rows/s and the slots' busy share (rows x row-s / (slots x wall)); the
-last line: `driver_feed slots=N:inline_rows_s/thread_rows_s ...` and the ratio thread/inline.
+last line: `driver_feed rows_per_s inline/thread/farm slots=N:A/B/C(xC/A) ...`.
 """
 
 from __future__ import annotations
@@ -80,8 +84,11 @@ class EmulatedWorkers:
         return None
 
 
+WAYS = ("inline", "thread", "farm")
+
+
 def run(cfg: FarmConfig, cases: list[driver_cost.Case], tree: Tree, slots: int, row_s: float, gather_s: float,
-        threaded: bool) -> float:
+        way: str) -> float:
     """One way's wall seconds for all `cases`."""
     scratch = Path(tempfile.mkdtemp(prefix="driver-feed-"))
     try:
@@ -91,12 +98,16 @@ def run(cfg: FarmConfig, cases: list[driver_cost.Case], tree: Tree, slots: int, 
         cost, failures = DriverCost(), []
         began = time.monotonic()
         with farm_build.DirectoryWriter(run_cfg) as writer, cost.window():
-            if threaded:
+            per_batch = farm_build._BatchWriter(run_cfg, workers, rows, tree, writer, [], failures,
+                                                driver_cost._Bar(), cost)
+            if way == "farm":
                 farm_build._collect(run_cfg, workers, rows, tree, writer, [], failures, driver_cost._Bar(),
                                     lambda: None, cost, gather_s)
+            elif way == "thread":
+                with farm_build.VerifyThread(per_batch.take, cost) as verifying:
+                    for batch in workers.completed_batches(gather_s):
+                        verifying.put(batch, time.time())
             else:
-                per_batch = farm_build._BatchWriter(run_cfg, workers, rows, tree, writer, [], failures,
-                                                    driver_cost._Bar(), cost)
                 for batch in workers.completed_batches(gather_s):
                     per_batch.take(batch, time.time())
             writer.flush()
@@ -119,19 +130,20 @@ def main() -> None:
     cfg = load(find_project_root(), [])
     cases = driver_cost._today(driver_cost.load_cases(cfg, args.rows))
     tree = Tree.of(collect(cfg.kernels_dir))
-    print(f"{len(cases)} real objects from {cfg.outputs_dir}; emulated rows of {args.row_s} s, gather {args.gather_s} s")
+    print(f"{len(cases)} real objects from {cfg.outputs_dir}; emulated rows of {args.row_s} s, "
+          f"gather {args.gather_s} s; disassembly threads {farm_build.DISASSEMBLY_THREADS}")
     print(f"{'slots':>6} {'way':>7} {'wall s':>8} {'rows/s':>8} {'busy':>6} {'ideal rows/s':>13}")
     last = []
     for slots in [int(s) for s in args.slots.split(",") if s]:
         found = {}
-        for way in ("inline", "thread"):
-            wall = run(cfg, cases, tree, slots, args.row_s, args.gather_s, threaded=way == "thread")
+        for way in WAYS:
+            wall = run(cfg, cases, tree, slots, args.row_s, args.gather_s, way)
             found[way] = len(cases) / wall
             busy = len(cases) * args.row_s / (slots * wall)
             print(f"{slots:>6} {way:>7} {wall:>8.2f} {found[way]:>8.1f} {busy:>6.2f} {slots / args.row_s:>13.1f}")
-        last.append(f"slots={slots}:{found['inline']:.1f}/{found['thread']:.1f}"
-                    f"(x{found['thread'] / found['inline']:.2f})")
-    print("driver_feed rows_per_s inline/thread " + " ".join(last))
+        last.append(f"slots={slots}:{found['inline']:.1f}/{found['thread']:.1f}/{found['farm']:.1f}"
+                    f"(x{found['farm'] / found['inline']:.2f})")
+    print("driver_feed rows_per_s inline/thread/farm " + " ".join(last))
 
 
 if __name__ == "__main__":

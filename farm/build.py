@@ -10,6 +10,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -202,15 +203,61 @@ def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], tree: Tree, write
     written. `tree` is the kernel sources this build shipped: the compiles' lookups are answered from it."""
     written = _BatchWriter(cfg, pool, rows, tree, writer, report_rows, failures, bar, cost)
     batches = iter(pool.completed_batches(gather_s))
-    with VerifyThread(written.take, cost) as verifying:
+    # Left in this order: the verify thread finishes what is queued, with the disassemblies it waits for.
+    with EarlyDisassembly(cfg, rows, cost) as early, VerifyThread(written.take, cost) as verifying:
         while True:
             with cost.section("ray", "ray results"):  # waiting costs no CPU; taking results (get, deserialize) does
                 batch = next(batches, None)
             if batch is None:
                 break
-            verifying.put(batch, time.time())
+            verifying.put(batch, time.time(), early.start(batch))
             heartbeat()
     return written.built
+
+
+# How many disassembler processes the driver runs at once (one per target of a batch, batches side by side).
+DISASSEMBLY_THREADS = max(2, min(8, os.cpu_count() or 2))
+
+Counts = dict[str, dict | str]  # per row key, its disassembly counts or why it has none (farm.acceptance)
+
+
+class EarlyDisassembly:
+    """Disassembly started as soon as the main thread takes a batch, on threads of its own: the disassembler
+    is a process per target, so several run side by side while the verify thread accepts and writes the
+    batches before. `start` returns the call that waits for a batch's counts."""
+
+    def __init__(self, cfg: FarmConfig, rows: dict[str, Row], cost: DriverCost) -> None:
+        self.cfg, self.rows, self.cost = cfg, rows, cost
+        self.pool = ThreadPoolExecutor(DISASSEMBLY_THREADS, thread_name_prefix="farm-disassemble")
+
+    def __enter__(self) -> EarlyDisassembly:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.pool.shutdown(wait=True)
+
+    def start(self, batch: list[CompileResult]) -> Callable[[], Counts]:
+        by_target: dict[str, list[tuple[Row, CompileResult]]] = {}
+        for result in batch:
+            row = self.rows[result.key]
+            by_target.setdefault(row.target, []).append((row, result))
+        running = [self.pool.submit(self._disassemble, pairs) for pairs in by_target.values()]
+
+        def counts() -> Counts:
+            found: Counts = {}
+            for future in running:
+                found.update(future.result())
+            return found
+        return counts
+
+    def _disassemble(self, pairs: list[tuple[Row, CompileResult]]) -> Counts:
+        started = time.thread_time()
+        try:
+            return disassemble(self.cfg, pairs)
+        finally:  # its parse of the listings is verification work of the driver's process
+            spent = time.thread_time() - started
+            self.cost.count("verify", spent)
+            self.cost.add_helper(spent)
 
 
 class VerifyThread:
@@ -224,10 +271,10 @@ class VerifyThread:
     the main thread ends with an error, the batches already queued are still verified and written before
     it leaves (they are finished compiles; the build's last flush records them)."""
 
-    def __init__(self, handle: Callable[[list[CompileResult], float], None], cost: DriverCost) -> None:
+    def __init__(self, handle: Callable[..., None], cost: DriverCost) -> None:
         self._handle = handle
         self._cost = cost
-        self._queue: queue.SimpleQueue[tuple[list[CompileResult], float] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()  # `handle`'s arguments
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="farm-verify", daemon=True)
 
@@ -241,11 +288,11 @@ class VerifyThread:
         if self._error is not None and kind is None:
             raise self._error
 
-    def put(self, batch: list[CompileResult], taken_unix: float) -> None:
-        """Queue a batch taken at `taken_unix`; raises the verify thread's error, if it had one."""
+    def put(self, *item: Any) -> None:
+        """Queue `handle(*item)` (a batch, when it was taken, ...); raises the verify thread's error, if it had one."""
         if self._error is not None:
             raise self._error
-        self._queue.put((batch, taken_unix))
+        self._queue.put(item)
 
     def _run(self) -> None:
         started = time.thread_time()
@@ -257,7 +304,7 @@ class VerifyThread:
                     except BaseException as exc:  # noqa: BLE001  (re-raised on the main thread)
                         self._error = exc
         finally:
-            self._cost.helper += time.thread_time() - started
+            self._cost.add_helper(time.thread_time() - started)
 
 
 class _BatchWriter:
@@ -270,9 +317,10 @@ class _BatchWriter:
         self.report_rows, self.failures, self.bar, self.cost = report_rows, failures, bar, cost
         self.built = 0
 
-    def take(self, batch: list[CompileResult], held: float) -> None:
+    def take(self, batch: list[CompileResult], held: float, disassembly: Callable[[], Counts] | None = None) -> None:
+        """`batch`, taken at `held`; `disassembly` waits for its counts (None: disassemble it here)."""
         self.writer.ready()  # results are verified with the pinned disassembler, once the toolchain check passed
-        checked = _verify_batch(self.cfg, self.rows, self.tree, batch, self.cost)
+        checked = _verify_batch(self.cfg, self.rows, self.tree, batch, self.cost, disassembly)
         for result, (entry, refused, phases) in zip(batch, checked, strict=True):
             row = self.rows[result.key]
             if entry is not None:
@@ -292,7 +340,7 @@ class _BatchWriter:
 
 
 def _verify_batch(cfg: FarmConfig, rows: dict[str, Row], tree: Tree | dict[str, CompileRecord],
-                  batch: list[CompileResult], cost: DriverCost,
+                  batch: list[CompileResult], cost: DriverCost, disassembly: Callable[[], Counts] | None = None,
                   ) -> list[tuple[Entry | None, str | None, list[PhaseJson]]]:
     """Disassemble the batch in one run and accept each result: (entry, refusal, [its verify phase]) per
     result. What each compile consulted comes from its result, its lookups answered from `tree` (the sources
@@ -300,7 +348,7 @@ def _verify_batch(cfg: FarmConfig, rows: dict[str, Row], tree: Tree | dict[str, 
     of the disassembly plus its own acceptance."""
     with cost.section("verify", "disassemble"):
         began = time.time()
-        counts = disassemble(cfg, [(rows[r.key], r) for r in batch])
+        counts = disassembly() if disassembly else disassemble(cfg, [(rows[r.key], r) for r in batch])
         share = (time.time() - began) / len(batch)
     out = []
     # The batch is accepted at one moment: each farm file's stat is taken once for all its rows.

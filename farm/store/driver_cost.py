@@ -69,7 +69,10 @@ class DriverCost:
         self.rows = 0
         self.process = 0.0
         self.main = 0.0
-        self.helper = 0.0  # the verify thread's CPU (it starts and ends inside a window): added by that thread
+        # The CPU of the build's own threads besides the main one (its verify thread, its disassembly threads;
+        # they start and end inside a window), added by each; the lock guards it and `sections` between threads.
+        self.helper = 0.0
+        self._lock = threading.Lock()
         self.children = 0.0
         self.sections = dict.fromkeys(SECTIONS, 0.0)
         # The driver's work in time order, for the timeline's driver lanes: the thread that made this counter
@@ -98,9 +101,20 @@ class DriverCost:
         try:
             yield
         finally:
-            self.sections[name] += time.thread_time() - start
+            with self._lock:
+                self.sections[name] += time.thread_time() - start
             lane = self.spans if threading.get_ident() == self.owner else self.verify_spans
             lane.append(PhaseJson(name=span or name, start_unix=wall, seconds=time.time() - wall))
+
+    def count(self, name: str, cpu_seconds: float) -> None:
+        """CPU one of the build's own threads spent on `name` (one of SECTIONS), with no span of its own."""
+        with self._lock:
+            self.sections[name] += cpu_seconds
+
+    def add_helper(self, cpu_seconds: float) -> None:
+        """The whole CPU of one of the build's own threads besides the main one, when it ends."""
+        with self._lock:
+            self.helper += cpu_seconds
 
     def report(self) -> DriverReport:
         rows = max(self.rows, 1)
