@@ -156,7 +156,7 @@ def published(src: Path, s3: str, env: dict[str, str], tmp_path_factory: pytest.
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "first publication of outputs/ (no previous outputs.dvc): 8 files added" in proc.stdout
     assert last_line(proc.stdout).startswith("published outputs.dvc: md5 ")
-    assert last_line(proc.stdout).endswith("; commit outputs.dvc and outputs.sha256")
+    assert last_line(proc.stdout).endswith("; commit outputs.dvc, outputs.sha256 and outputs.code.sha256")
     # The golden digests of the published tree are written with its pointer: coreutils verify the tree.
     verify = subprocess.run(["sha256sum", "-c", "--quiet", "../outputs.sha256"], cwd=project / "outputs",
                             capture_output=True, text=True)

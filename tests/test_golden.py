@@ -8,6 +8,9 @@ from pathlib import Path
 
 from conftest import built_copy, last_line, run_farm
 
+import farm
+from farm.assure.golden_code import stale
+
 
 def test_golden_digests_are_recorded_and_verified_by_sha256sum(built: Path, tmp_path: Path) -> None:
     project = built_copy(built, tmp_path / "p")
@@ -22,6 +25,10 @@ def test_golden_digests_are_recorded_and_verified_by_sha256sum(built: Path, tmp_
                                capture_output=True, text=True)
     assert coreutils.returncode == 0, coreutils.stdout + coreutils.stderr
     assert run_farm(project, "check").returncode == 0
+    # With it, the farm code its manifests record: each file's hash, as this checkout has it.
+    code = project / "outputs.code.sha256"
+    assert "farm/worker/zygote.py" in code.read_text() and "farm/acceptance.py" in code.read_text()
+    assert stale(code, Path(farm.__file__).resolve().parents[1]) == []
     # The DVC pointer of the same tree is written with it.
     assert "outs:" in (project / "outputs.dvc").read_text() and "wrote outputs.dvc: md5" in proc.stdout
 

@@ -20,7 +20,8 @@ from farm.table.config import SAFE_NAME, FarmConfig
 from farm.table.rows import Row
 
 LINE = re.compile(r"^(?P<sha>[0-9a-f]{64})  (?P<path>[^\n]+)$")
-FIX = "run `farm golden` after a clean, complete `farm build` (then commit outputs.sha256 and outputs.dvc)"
+FIX = ("run `farm golden` after a clean, complete `farm build` (then commit outputs.sha256, outputs.code.sha256 "
+       "and outputs.dvc)")
 
 
 def golden_path(cfg: FarmConfig) -> Path:

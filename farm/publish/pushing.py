@@ -12,6 +12,8 @@ from dvc.exceptions import DvcException
 
 from farm.assure.golden import golden_path
 from farm.assure.golden import render as render_golden
+from farm.assure.golden_code import code_path, recorded_code
+from farm.assure.golden_code import render as render_code
 from farm.core.atomic import write_text_atomic
 from farm.core.canonical import sha256_file
 from farm.core.errors import FarmError
@@ -71,6 +73,7 @@ def _push_locked(cfg: FarmConfig) -> int:
         for line in _absent_warnings(cfg, rel, found, old is not None, before):
             log.warning("%s", line)
         old_text = pointer.read_bytes() if pointer.is_file() else None
+        code = recorded_code(cfg, sorted({d for key in checked if (d := dir_of(key)) is not None}))
         try:
             repo.add(rel)
         except DvcException as exc:
@@ -87,6 +90,7 @@ def _push_locked(cfg: FarmConfig) -> int:
             return 1
         # The pointer and the golden digests in git always describe the same tree.
         write_text_atomic(golden_path(cfg), render_golden(checked))
+        write_text_atomic(code_path(cfg), render_code(code))
         try:
             sent = repo.push(targets=[where.pointer])
         except remote_errors() as exc:
@@ -99,7 +103,7 @@ def _push_locked(cfg: FarmConfig) -> int:
     print(f"checked {len(found.checked)} objects; pushed {sent} new blob(s) to {remote.describe()}")
     print(f"published {where.pointer}: md5 {new.md5} ({new.nfiles} files, {new.size} bytes)"
           + ("" if old is None or old.md5 != new.md5 else " (unchanged)")
-          + f"; commit {where.pointer} and {golden_path(cfg).name}")
+          + f"; commit {where.pointer}, {golden_path(cfg).name} and {code_path(cfg).name}")
     return 0
 
 

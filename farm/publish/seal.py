@@ -1,5 +1,6 @@
 """farm golden: under the tree's lock, require the selected ops' whole table built and clean, then write
-`<outputs_dir>.sha256` from the tree (farm/assure/golden.py) and the DVC pointer of the same tree."""
+`<outputs_dir>.sha256` from the tree (farm/assure/golden.py), `<outputs_dir>.code.sha256` from its manifests
+(the farm code they record, farm/assure/golden_code.py) and the DVC pointer of the same tree."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import TextIO
 from farm.assure.check import check
 from farm.assure.golden import golden_path, tree_digests
 from farm.assure.golden import render as render_golden
+from farm.assure.golden_code import code_path, recorded_code
+from farm.assure.golden_code import render as render_code
 from farm.core.atomic import write_text_atomic
 from farm.core.errors import FarmError
 from farm.publish.pointer import record_pointer
@@ -35,10 +38,13 @@ def seal_golden(cfg: FarmConfig, rows: list[Row], every: list[Row], out: TextIO 
                   file=out)
             return 1
         digests = tree_digests(cfg.outputs_dir)
+        code = recorded_code(cfg, sorted(dirs))
         path = golden_path(cfg)
         write_text_atomic(path, render_golden(digests))
+        write_text_atomic(code_path(cfg), render_code(code))
         pointer = record_pointer(cfg)
     print(f"wrote {path}: {len(digests)} files ({len(rows)} objects in {len(dirs)} directories)", file=out)
-    print(f"wrote {path.with_suffix('.dvc').name}: md5 {pointer.md5} ({pointer.nfiles} files); "
-          f"commit both ({path.name}, {path.with_suffix('.dvc').name})", file=out)
+    print(f"wrote {code_path(cfg).name}: the {len(code)} farm files those manifests record", file=out)
+    print(f"wrote {path.with_suffix('.dvc').name}: md5 {pointer.md5} ({pointer.nfiles} files); commit all three "
+          f"({path.name}, {code_path(cfg).name}, {path.with_suffix('.dvc').name})", file=out)
     return 0
