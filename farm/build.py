@@ -342,10 +342,11 @@ class _BatchWriter:
 def _verify_batch(cfg: FarmConfig, rows: dict[str, Row], tree: Tree | dict[str, CompileRecord],
                   batch: list[CompileResult], cost: DriverCost, disassembly: Callable[[], Counts] | None = None,
                   ) -> list[tuple[Entry | None, str | None, list[PhaseJson]]]:
-    """Disassemble the batch in one run and accept each result: (entry, refusal, [its verify phase]) per
-    result. What each compile consulted comes from its result, its lookups answered from `tree` (the sources
-    the build shipped), or, re-verifying, from the records given per key. A row's verify phase is its share
-    of the disassembly plus its own acceptance."""
+    """Disassemble the batch (one run per target; with `disassembly`, wait for the one started when the batch
+    was taken) and accept each result: (entry, refusal, [its verify phase]) per result. What each compile
+    consulted comes from its result, its lookups answered from `tree` (the sources the build shipped), or,
+    re-verifying, from the records given per key. A row's verify phase is its share of the disassembly (or of
+    the wait for it) plus its own acceptance."""
     with cost.section("verify", "disassemble"):
         began = time.time()
         counts = disassembly() if disassembly else disassemble(cfg, [(rows[r.key], r) for r in batch])

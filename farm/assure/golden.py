@@ -19,7 +19,8 @@ from farm.store.outtree import MANIFEST, PROVENANCE, object_name_problem
 from farm.table.config import SAFE_NAME, FarmConfig
 from farm.table.rows import Row
 
-LINE = re.compile(r"^(?P<sha>[0-9a-f]{64})  (?P<path>[^\n]+)$")
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # a SHA256 as sha256sum prints it
+LINE = re.compile(rf"^(?P<sha>{SHA256_HEX.pattern})  (?P<path>[^\n]+)$")
 FIX = ("run `farm golden` after a clean, complete `farm build` (then commit outputs.sha256, outputs.code.sha256 "
        "and outputs.dvc)")
 

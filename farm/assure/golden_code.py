@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from farm.assure.golden import LINE
+from farm.assure.golden import LINE, SHA256_HEX
 from farm.core.canonical import sha256_file
 from farm.core.errors import FarmError
 from farm.plan.digest import farm_path_ok
@@ -42,7 +42,7 @@ def recorded_code(cfg: FarmConfig, dirs: list[tuple[str, str]]) -> dict[str, str
             for kind in ("generator", "verifier"):
                 hashes = inputs.get(kind) if isinstance(inputs, dict) else None
                 for rel, sha in (hashes.items() if isinstance(hashes, dict) else ()):
-                    if not farm_path_ok(rel) or not isinstance(sha, str) or not LINE.match(f"{sha}  x"):
+                    if not farm_path_ok(rel) or not isinstance(sha, str) or not SHA256_HEX.fullmatch(sha):
                         raise FarmError(f"{op}/{target}/{MANIFEST}: {kind} record {rel!r} is not a farm file's "
                                         "SHA256", FIX)
                     if found.setdefault(rel, sha) != sha:
