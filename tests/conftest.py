@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,14 @@ def copy_project(dest: Path) -> Path:
     for name in ("conf", "kernels_src", "instances"):
         shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
     return dest
+
+
+def burn_cpu(cpu_s: float = 0.03) -> None:
+    """Spend `cpu_s` of this thread's CPU: a fixed amount of work took 9 ms on a fast machine, under what the
+    driver-cost checks need, and ~40 ms on a slow one."""
+    end = time.thread_time() + cpu_s
+    while time.thread_time() < end:
+        hashlib.sha256(b"burn").hexdigest()
 
 
 def built_copy(built: Path, dest: Path) -> Path:

@@ -9,10 +9,10 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
+from conftest import burn_cpu
 
 from farm import acceptance, build
 from farm.accept import elffast, elfinfo
@@ -31,22 +31,14 @@ from farm.toolchain.installed import compile_part
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _burn(cpu_s: float = 0.03) -> None:
-    """Spend `cpu_s` of this thread's CPU: a fixed amount of work took 9 ms on a fast machine, under what the
-    checks below need, and ~40 ms on a slow one."""
-    end = time.thread_time() + cpu_s
-    while time.thread_time() < end:
-        hashlib.sha256(b"burn").hexdigest()
-
-
 def test_driver_cost_report_is_consistent() -> None:
     cost = DriverCost()
     with cost.window():
         with cost.section("verify", "disassemble"):
-            _burn()
+            burn_cpu()
         with cost.section("write", "flush"):
-            _burn()
-        _burn()  # other
+            burn_cpu()
+        burn_cpu()  # other
     cost.rows = 4
     found = cost.report()
     assert found["rows"] == 4
@@ -62,7 +54,7 @@ def test_driver_cost_report_is_consistent() -> None:
 def test_other_threads_cpu_is_counted_apart_from_the_main_threads_ray_work() -> None:
     cost = DriverCost()
     with cost.window():
-        worker = threading.Thread(target=_burn)  # as Ray's core-worker threads run beside the build loop
+        worker = threading.Thread(target=burn_cpu)  # as Ray's core-worker threads run beside the build loop
         worker.start()
         worker.join()
         with cost.section("ray", "ray results"):
@@ -75,7 +67,7 @@ def test_other_threads_cpu_is_counted_apart_from_the_main_threads_ray_work() -> 
 
 def test_cpu_outside_a_window_is_not_counted() -> None:
     cost = DriverCost()
-    _burn()
+    burn_cpu()
     with cost.window():
         pass
     assert cost.report()["cpu_seconds"] < 0.005

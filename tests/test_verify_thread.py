@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from conftest import burn_cpu
 
 from farm.build import VerifyThread
 from farm.store.driver_cost import DriverCost
@@ -73,9 +74,9 @@ def test_the_verify_threads_cpu_is_its_own_not_rays() -> None:
 
     def handle(batch: list, taken: float) -> None:
         with cost.section("verify", "disassemble"):
-            _burn()
+            burn_cpu()
         with cost.section("write", "flush"):
-            _burn()
+            burn_cpu()
 
     with cost.window():
         with VerifyThread(handle, cost) as verifying:
@@ -85,12 +86,6 @@ def test_the_verify_threads_cpu_is_its_own_not_rays() -> None:
     assert found["verify"] > 0.01 and found["write"] > 0.01
     assert found["threads"] < (found["verify"] + found["write"]) / 4
     assert [s["name"] for s in cost.verify_spans] == ["disassemble", "flush"] and cost.spans == []
-
-
-def _burn(seconds: float = 0.03) -> None:
-    end = time.thread_time() + seconds
-    while time.thread_time() < end:
-        pass
 
 
 def test_the_timeline_gives_the_verify_thread_a_lane_of_its_own() -> None:
