@@ -11,10 +11,12 @@ This replays real results through the driver's real code at chosen batch sizes:
   driver's own process CPU, and the disassembler children's CPU apart.
 - ray: `--ray`: a private Ray cluster on 127.0.0.1 whose dummy actors return pre-made CompileResults of
   real sizes through the real farm/execute/dispatch.py `Dispatch`; the driver's process CPU per result
-  (submit, wait, get, deserialize), with each batch size measured.
+  (submit, wait, get, deserialize), with each batch size measured, for one row a call and for parcels of up
+  to MAX_PARCEL rows (what the dispatch sends), side by side.
 
 Usage: .venv/bin/python bench/driver_cost.py [--rows 384] [--batches 1,16,128] [--ray 8,32]
-The last line: `driver_ms_per_row batch=N:ms ... disassembler_ms_per_row batch=N:ms ...`.
+The last line: `driver_ms_per_row batch=N:ms ... disassembler_ms_per_row batch=N:ms ...
+ray_actors=A/parcelP:ms ...`.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from farm import build as farm_build
-from farm.contract import CompileResult
+from farm.contract import CompileRequest, CompileResult, TargetFacts
 from farm.plan.digest import farm_hashes
 from farm.plan.sources import Tree, collect
 from farm.store import manifest
@@ -93,6 +95,9 @@ class _Batches:
     def taken_unix(self, key: str) -> float | None:
         return None  # handed over at once: the batch's time is the time taken
 
+    def returned_unix(self, key: str) -> float | None:
+        return None
+
 
 class _Bar:
     def write(self, text: str) -> None:
@@ -134,9 +139,11 @@ def _with_outputs(cfg: FarmConfig, outputs: Path) -> FarmConfig:
     return replace(cfg, outputs_dir=outputs)
 
 
-def ray_cost(cases: list[Case], actors: int, results: int, gather_s: float) -> tuple[float, float]:
-    """(driver process CPU ms per result, mean batch size) for `results` pre-made results returned by
-    `actors` dummy actors through the real Dispatch, on a private Ray cluster on 127.0.0.1."""
+def ray_cost(cases: list[Case], actors: int, results: int, gather_s: float,
+             max_parcel: int) -> tuple[float, float, float]:
+    """(driver process CPU ms per result, mean batch size, mean rows per call) for `results` pre-made results
+    returned by `actors` dummy actors through the real Dispatch, rows going `max_parcel` at most to a call,
+    on a private Ray cluster on 127.0.0.1."""
     import ray
 
     from farm.execute import local
@@ -145,32 +152,37 @@ def ray_cost(cases: list[Case], actors: int, results: int, gather_s: float) -> t
     @ray.remote(num_cpus=0)
     class Dummy:
         def __init__(self, made: list[CompileResult]) -> None:
-            self.made = {r.key: r for r in made}
+            self.made = made
 
         def hello(self) -> str:
             return ray.get_runtime_context().get_actor_id()
 
-        def compile(self, request: object, key: str) -> CompileResult:
-            return self.made[key]
+        def compile_parcel(self, requests: list[CompileRequest]) -> list[CompileResult]:
+            # A real result of this row's size, under the bench's own key (each key is submitted once).
+            return [dataclasses.replace(self.made[r.knobs["i"] % len(self.made)], key=r.key) for r in requests]
 
     made = [c.result for c in cases]
+    calls: list[int] = []
     local.start(2)  # the farm's own private cluster: loopback only, its private temp dir
     try:
         made_ref = ray.put(made)
         pool = [Dummy.remote(made_ref) for _ in range(actors)]
-        dispatch = Dispatch(lambda actor, req: actor.compile.remote(None, req.key), retries=0)
+
+        def send(actor: object, requests: list[CompileRequest]) -> object:
+            calls.append(len(requests))
+            return actor.compile_parcel.remote(requests)  # type: ignore[attr-defined]
+
+        dispatch = Dispatch(send, retries=0, max_parcel=max_parcel)
         dispatch.start(pool, 120)
-        from farm.contract import CompileRequest, TargetFacts
         facts = TargetFacts("gfx942", "gfx942", "gfx942")
-        keys = [made[i % len(made)].key for i in range(results)]
         start = time.process_time()
-        for i, key in enumerate(keys):
-            dispatch._open.pop(key, None)  # a key again: the bench reuses results
-            dispatch.submit(CompileRequest(key=key, generator="bench", knobs={"i": i}, target=facts,
+        for i in range(results):
+            dispatch.submit(CompileRequest(key=f"bench/{i}", generator="bench", knobs={"i": i}, target=facts,
                                            linker=None, pin={}))
         sizes = [len(batch) for batch in dispatch.batches(gather_s)]
         cpu = time.process_time() - start
-        return cpu * 1000 / max(sum(sizes), 1), statistics.mean(sizes) if sizes else 0.0
+        return (cpu * 1000 / max(sum(sizes), 1), statistics.mean(sizes) if sizes else 0.0,
+                results / max(len(calls), 1))
     finally:
         ray.shutdown()
 
@@ -198,12 +210,15 @@ def main() -> None:
         found[size] = rep
         print(f"{size:>6} {rep['ms_per_row']:>8.2f} {per['verify']:>8.2f} {per['write']:>8.2f} {per['ray']:>6.2f} "
               f"{per['threads']:>7.2f} {per['other']:>6.2f} {rep['disassembler_ms_per_row']:>8.2f}")
+    from farm.execute.dispatch import MAX_PARCEL  # imports Ray: only for the Ray part
+
     ray_found = {}
     for actors in [int(a) for a in args.ray.split(",") if a]:
-        ms, mean = ray_cost(cases, actors, args.ray_results, 0.1)
-        ray_found[actors] = ms
-        print(f"ray: {actors} dummy actors, {args.ray_results} results, mean batch {mean:.1f}: {ms:.2f} ms driver "
-              "CPU per result")
+        for parcel in (1, MAX_PARCEL):  # one row a call (the dispatch before parcels) and today's, side by side
+            ms, mean, per_call = ray_cost(cases, actors, args.ray_results, 0.1, parcel)
+            ray_found[f"{actors}/parcel{parcel}"] = ms
+            print(f"ray: {actors} dummy actors, {args.ray_results} results, up to {parcel} rows a call "
+                  f"({per_call:.2f} on average), mean batch {mean:.1f}: {ms:.2f} ms driver CPU per result")
     last = " ".join(f"batch={s}:{r['ms_per_row']:.2f}" for s, r in found.items())
     last += " disassembler_ms_per_row " + " ".join(f"batch={s}:{r['disassembler_ms_per_row']:.2f}"
                                                     for s, r in found.items())

@@ -83,6 +83,9 @@ class EmulatedWorkers:
     def taken_unix(self, key: str) -> float | None:
         return None
 
+    def returned_unix(self, key: str) -> float | None:
+        return None
+
 
 WAYS = ("inline", "thread", "farm")
 

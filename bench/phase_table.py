@@ -24,7 +24,7 @@ class PhaseRecord(TypedDict):
 # what could not be attributed), then the driver's.
 WORKER_PHASES = ("prepare", "warmup", "fork", "front_end", "mlir_passes", "handoff", "codegen", "link", "return",
                  "other")
-DRIVER_PHASES = ("ray_return", "verify", "write")
+DRIVER_PHASES = ("parcel_wait", "ray_return", "verify", "write")
 # In one process that compiles row after row there is no fork, hand-off or return, and codegen runs with
 # its link inside one call: the in-process way is measured as these three.
 IN_PROCESS_PHASES = ("front_end", "mlir_passes", "codegen+link")

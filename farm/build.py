@@ -203,8 +203,11 @@ def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], tree: Tree, write
     written. `tree` is the kernel sources this build shipped: the compiles' lookups are answered from it."""
     written = _BatchWriter(cfg, pool, rows, tree, writer, report_rows, failures, bar, cost)
     batches = iter(pool.completed_batches(gather_s))
-    # Left in this order: the verify thread finishes what is queued, with the disassemblies it waits for.
-    with EarlyDisassembly(cfg, rows, cost) as early, VerifyThread(written.take, cost) as verifying:
+    # Left in this order: the verify thread finishes what is queued, with the disassemblies it waits for. It
+    # first derives the verifier record (~0.1 s of source parsing, once per process) while the first rows
+    # compile, instead of before they are sent.
+    with (EarlyDisassembly(cfg, rows, cost) as early,
+          VerifyThread(written.take, cost, prepare=verifier_files) as verifying):
         while True:
             with cost.section("ray", "ray results"):  # waiting costs no CPU; taking results (get, deserialize) does
                 batch = next(batches, None)
@@ -271,9 +274,11 @@ class VerifyThread:
     the main thread ends with an error, the batches already queued are still verified and written before
     it leaves (they are finished compiles; the build's last flush records them)."""
 
-    def __init__(self, handle: Callable[..., None], cost: DriverCost) -> None:
+    def __init__(self, handle: Callable[..., None], cost: DriverCost,
+                 prepare: Callable[[], object] | None = None) -> None:
         self._handle = handle
         self._cost = cost
+        self._prepare = prepare  # the build's one-time work, before the first batch (its CPU is not a row's)
         self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()  # `handle`'s arguments
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="farm-verify", daemon=True)
@@ -297,6 +302,12 @@ class VerifyThread:
     def _run(self) -> None:
         started = time.thread_time()
         try:
+            if self._prepare is not None:
+                try:
+                    self._prepare()
+                except BaseException as exc:  # noqa: BLE001  (re-raised on the main thread)
+                    self._error = exc
+                self._cost.exclude(time.thread_time() - started)
             while (item := self._queue.get()) is not None:
                 if self._error is None:  # after an error, the rest of the queue is only emptied
                     try:
@@ -331,7 +342,7 @@ class _BatchWriter:
                 self.failures.append((row, refused or "", result.stderr))
                 self.bar.write(f"FAILED {row.key}: {refused}")
             taken = self.pool.taken_unix(result.key) or held
-            driver = _ray_return(result, taken) + phases
+            driver = _ray_return(result, self.pool.returned_unix(result.key), taken) + phases
             self.report_rows.append(_report_row(result, entry is not None, refused, driver))
             self.bar.update(1)
         self.cost.rows += len(batch)
@@ -364,18 +375,23 @@ def _verify_batch(cfg: FarmConfig, rows: dict[str, Row], tree: Tree | dict[str, 
     return out
 
 
-def _ray_return(result: CompileResult, taken: float) -> list[PhaseJson]:
-    """From the worker's end of the row until the driver took its result from Ray (the rest of its batch's
-    gather, until the batch's verification starts, is no phase of the row: the row only waits)."""
+def _ray_return(result: CompileResult, returned: float | None, taken: float) -> list[PhaseJson]:
+    """From the worker's end of the row until the driver took its result from Ray: `parcel_wait` while the
+    later rows of its call compiled (`returned`: when the call ended on the worker), then `ray_return` (the
+    rest of its batch's gather, until the batch's verification starts, is no phase of the row: it only waits)."""
     if result.finished_unix is None:
         return []
-    waited = max(taken - result.finished_unix, 0.0)
-    return [PhaseJson(name="ray_return", start_unix=result.finished_unix, seconds=waited)]
+    phases = []
+    start = result.finished_unix
+    if returned is not None and returned > start:
+        phases.append(PhaseJson(name="parcel_wait", start_unix=start, seconds=returned - start))
+        start = returned
+    return phases + [PhaseJson(name="ray_return", start_unix=start, seconds=max(taken - start, 0.0))]
 
 
 def _report_row(result: CompileResult, written: bool, refused: str | None, driver: list[PhaseJson]) -> ReportRow:
     """A compiled row of the build report: the fields of the result the report keeps, and what became of it.
-    Its phases are the worker's, then the driver's (`driver`: ray_return, verify, write)."""
+    Its phases are the worker's, then the driver's (`driver`: [parcel_wait,] ray_return, verify, write)."""
     row = result.report_fields()
     return cast(ReportRow, row | {"phases": list(row.get("phases") or []) + driver, "written": written,
                                   "refused": refused})
@@ -536,7 +552,6 @@ def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryW
     with executor_for(cfg.executor, cfg.compile_timeout_s, standing) as pool:
         pool.share_sources(sources)
         order = list(reversed(todo)) if cfg.extra.get("row_order") == "reversed" else todo
-        verifier_files()  # derived once per process (~0.1 s of source parsing): the build's, not a row's
         # The driver's cost per row counts from here: starting the cluster is the build's, not a row's.
         with cost.window():
             with cost.section("ray", "ray submit"):

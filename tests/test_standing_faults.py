@@ -319,13 +319,20 @@ class _Flaky:
 
         return str(ray.get_runtime_context().get_actor_id())
 
-    def compile(self, request: _Request) -> CompileResult:
+    def compile_parcel(self, requests: list[_Request]) -> list[CompileResult]:
+        calls = self.marks / "calls"
+        with calls.open("a") as out:  # one line per call: its rows
+            out.write(" ".join(r.key for r in requests) + "\n")
+        return [self._compile(request, len(requests)) for request in requests]
+
+    def _compile(self, request: _Request, parcel: int) -> CompileResult:
         mark = self.marks / request.key.replace("/", "_")
         if request.key == "die/always" or (request.key == "die/once" and not mark.exists()):
             mark.write_text(str(os.getpid()))
-            (self.marks / f"death-{os.getpid()}").write_text(request.key)  # one file per actor that died
+            # One file per actor that died: the row, and how many rows its call had.
+            (self.marks / f"death-{os.getpid()}").write_text(f"{request.key} {parcel}")
             os._exit(1)
-        return CompileResult(key=request.key, ok=True, worker=f"pid {os.getpid()}")
+        return CompileResult(key=request.key, ok=True, worker=f"pid {os.getpid()}", finished_unix=time.time())
 
 
 def test_a_dead_actor_s_row_is_retried_on_another_and_the_actor_replaced(tmp_path: Path) -> None:
@@ -346,7 +353,8 @@ def test_a_dead_actor_s_row_is_retried_on_another_and_the_actor_replaced(tmp_pat
 
     local.start(2)
     try:
-        dispatch = Dispatch(lambda actor, request: actor.compile.remote(request), retries=1, replace=new_actor)
+        dispatch = Dispatch(lambda actor, requests: actor.compile_parcel.remote(requests), retries=1,
+                            replace=new_actor)
         assert dispatch.start([new_actor(), new_actor()], 120) == 2
         keys = [f"ok/{i}" for i in range(6)] + ["die/once", "die/always"]
         for key in keys:
@@ -363,3 +371,47 @@ def test_a_dead_actor_s_row_is_retried_on_another_and_the_actor_replaced(tmp_pat
     # many that is depends on which rows shared a dead actor's two slots: 6 actors were seen once for 5).
     deaths = len(list(tmp_path.glob("death-*")))
     assert deaths >= 2 and len(started) == 2 + deaths
+
+
+def test_rows_go_in_parcels_and_a_lost_parcel_s_rows_go_again_alone_uncharged(tmp_path: Path) -> None:
+    """While many rows wait, a call carries several (up to MAX_PARCEL), and the last ones go one to a call.
+    A parcel lost with its actor charges none of its rows a try: each goes again alone, so with no retries
+    at all the rows beside a row that kills its actor still compile, and die/once (which killed its actor
+    inside a parcel) too; die/always, alone, then fails on its own account."""
+    import ray
+    from ray import cloudpickle
+
+    from farm.execute.dispatch import MAX_PARCEL, Dispatch
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    flaky = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(_Flaky)
+    started: list = []
+
+    def new_actor() -> object:
+        started.append(flaky.remote(str(tmp_path)))
+        return started[-1]
+
+    keys = [f"ok/{i:02d}" for i in range(40)]
+    keys[1], keys[6] = "die/once", "die/always"  # both in the first parcels (40 rows, 4 slots: 4 a call)
+    local.start(2)
+    try:
+        dispatch = Dispatch(lambda actor, requests: actor.compile_parcel.remote(requests), retries=0,
+                            replace=new_actor)
+        assert dispatch.start([new_actor(), new_actor()], 120) == 2
+        for key in keys:
+            dispatch.submit(_Request(key))
+        results = [r for batch in dispatch.batches(0.1) for r in batch]
+        returned = {r.key: dispatch.returned_unix(r.key) for r in results}
+    finally:
+        ray.shutdown()
+    by_key = {r.key: r for r in results}
+    assert sorted(by_key) == sorted(keys) and len(results) == len(keys)
+    assert all(by_key[k].ok for k in keys if k != "die/always")
+    assert not by_key["die/always"].ok and by_key["die/always"].error.startswith("Ray task failed: ")
+    calls = [line.split() for line in (tmp_path / "calls").read_text().splitlines()]
+    sizes = [len(call) for call in calls]
+    assert max(sizes) == MAX_PARCEL and sizes[-1] == 1 and len(calls) < len(keys)
+    deaths = [f.read_text().split() for f in tmp_path.glob("death-*")]
+    assert ["die/once", str(MAX_PARCEL)] in deaths  # it killed its actor inside a parcel: not charged
+    assert ["die/always", "1"] in deaths  # alone, charged, and with no retries failed
+    assert all(returned[k] is not None for k in keys if k != "die/always")

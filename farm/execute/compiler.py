@@ -60,6 +60,12 @@ class Compiler:
         zygote, seconds = self.server.get(linker)
         return WarmUp(zygote.alive(), seconds)
 
+    def compile_parcel(self, requests: list[CompileRequest], sources: dict[str, bytes], timeout_s: float,
+                       warm: bool) -> list[CompileResult]:
+        """The rows of one call (farm/execute/dispatch.py), one after another, each its own isolated compile
+        with its own time limit; a result per request, in their order. Never raises."""
+        return [self.compile(request, sources, timeout_s, warm) for request in requests]
+
     def compile(self, request: CompileRequest, sources: dict[str, bytes], timeout_s: float,
                 warm: bool) -> CompileResult:
         """One isolated compile on this actor's node; never raises (the driver must learn the row's key)."""

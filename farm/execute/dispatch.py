@@ -1,11 +1,16 @@
 """Rows to compile actors through Ray's public `ray.util.ActorPool`, with the farm's retries on top.
 
-The pool keeps a call in each of its slots and hands the next row to whichever slot finishes first. Each
-actor has SLOTS_PER_ACTOR slots: its next row already waits in the actor's queue when a row ends, so the
-actor does not idle while its result travels back and the driver verifies a batch (an actor still runs
-one row at a time). What the pool does not do, this module does:
-- an actor that dies (its process killed, its node lost) takes its row with it: the row goes to another
-  actor, up to `retries` times (executor.max_retries), then it fails as "Ray task failed: ...";
+The pool keeps a call in each of its slots and hands the next call to whichever slot finishes first. Each
+actor has SLOTS_PER_ACTOR slots: its next call already waits in the actor's queue when a call ends, so the
+actor does not idle while its results travel back and the driver verifies a batch (an actor still compiles
+one row at a time, each in its own fresh process). A call carries a parcel of rows (`parcel_size`): while
+many rows wait, up to MAX_PARCEL go in one call, so Ray's cost per call (submitting, the actor's task
+bookkeeping, the result's way back) is shared by them; as the rows run out, parcels shrink to one row, so
+the build's end is not held up by a long parcel. What the pool does not do, this module does:
+- an actor that dies (its process killed, its node lost) takes its parcel with it: the parcel's rows go to
+  other actors. A row that was alone in its call is charged a try, up to `retries` (executor.max_retries),
+  then it fails as "Ray task failed: ..."; the rows of a larger parcel are not charged (which of them killed
+  the actor is unknown) and are sent again one to a call, so a row that kills its actor is found alone;
 - actors join the pool only once they answer, so no row waits on an actor that was never placed (the
   replacement of an actor whose node died may find no CPU anywhere);
 - results come back in batches: whatever finishes within a short gather joins the first result.
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -34,13 +40,18 @@ JOIN_POLL_S = 1.0
 JOIN_WAIT_S = 120.0
 
 Actor = Any  # a ray.actor.ActorHandle of farm.execute.compiler.Compiler
-Send = Callable[[Actor, CompileRequest], Any]  # (actor, request) -> the ObjectRef of its result
+# (actor, a parcel of requests) -> the ObjectRef of their results, one per request in the same order
+Send = Callable[[Actor, list[CompileRequest]], Any]
 
 # Rows in flight per actor: one compiling, one queued behind it. Measured on the 2-core machine: each row's
 # result took ~0.1 s to come back and be taken, an idle gap a second slot fills; 90 RMSNorm rows on the
 # standing cluster took 25.5 s with two slots against 26.6 s with one (three alternating rounds each).
 # More slots only make the build's tail longer (rows wait behind a busy actor while another is free).
 SLOTS_PER_ACTOR = 2
+# Rows in one call at most. Each call costs the driver (or the daemon relaying for it) ~0.7-2 ms of CPU on the
+# 2-core machine and the actor a few ms around its compile; four rows share that. More would make a lost
+# actor cost more work and results come back later, for little: the cost per row is already a quarter.
+MAX_PARCEL = 4
 
 
 class Slot:
@@ -55,7 +66,8 @@ class Slot:
 class Dispatch:
     """Submit requests; iterate `batches()` of results in completion order until every row has one."""
 
-    def __init__(self, send: Send, retries: int, replace: Callable[[], Actor] | None = None) -> None:
+    def __init__(self, send: Send, retries: int, replace: Callable[[], Actor] | None = None,
+                 max_parcel: int = MAX_PARCEL) -> None:
         self._send = send
         self._retries = retries
         self._replace = replace  # starts a new actor for a dead one (None: the actors restart themselves)
@@ -68,6 +80,11 @@ class Dispatch:
         self._unexplained: list[RayError] = []  # failures the pool could not tie to a row
         self._gone: set[str] = set()  # ids of the build's own actors that failed and were killed
         self._taken: dict[str, float] = {}  # key -> when the driver took its result from Ray (unix time)
+        self._max_parcel = max_parcel
+        self._queue: deque[str] = deque()  # keys not sent yet (or sent again), in the order they go out
+        self._alone: set[str] = set()  # keys that go in a call of their own (sent again after a lost parcel)
+        self._parcel_of: dict[str, tuple[str, ...]] = {}  # key in flight -> the keys of its call
+        self._returned: dict[str, float] = {}  # key -> when its parcel's last row ended on the worker (unix time)
 
     def start(self, actors: list[Actor], timeout_s: float) -> int:
         """Let `actors` join as they answer; wait up to `timeout_s` for all of them. Returns how many joined
@@ -81,10 +98,11 @@ class Dispatch:
         return len(self._ids)
 
     def submit(self, request: CompileRequest) -> None:
+        """Queue `request`; rows go out in parcels once `batches()` runs (all of them known by then)."""
         key = request.key
         self._open[key] = request
         self._tries.setdefault(key, 0)
-        self._pool.submit(self._dispatch, request)
+        self._queue.append(key)
 
     def batches(self, gather_s: float) -> Iterator[list[CompileResult]]:
         """Results in completion order, in batches: after the first result of a batch, whatever else
@@ -103,50 +121,83 @@ class Dispatch:
         """When the driver took `key`'s result from Ray (before its batch's gather ended); None if it never did."""
         return self._taken.pop(key, None)
 
+    def returned_unix(self, key: str) -> float | None:
+        """When `key`'s call ended on the worker: the end of its parcel's last row (a row that ended earlier
+        waited there for it); None if its result never came."""
+        return self._returned.pop(key, None)
+
+    def parcel_size(self) -> int:
+        """Rows for the next call: while many rows wait, up to MAX_PARCEL; as they run out, fewer, so that
+        every slot still gets about two calls' worth of the rest, and the last ones go one to a call."""
+        slots = max(len(self._ids) - len(self._gone), 1) * SLOTS_PER_ACTOR  # the live actors' slots
+        return max(1, min(self._max_parcel, len(self._queue) // (2 * slots)))
+
     # --- inside ------------------------------------------------------------------------------------
 
-    def _dispatch(self, slot: Slot, request: CompileRequest) -> Any:
-        """The pool's submit function: note which actor got the row, then send it."""
-        self._running[request.key] = self._ids[slot.actor]
-        return self._send(slot.actor, request)
+    def _feed(self) -> None:
+        """Send the queued rows to every free slot, a parcel per call."""
+        while self._queue and self._pool.has_free():
+            size = self.parcel_size()
+            parcel = [self._queue.popleft()]
+            if parcel[0] not in self._alone:
+                while len(parcel) < size and self._queue and self._queue[0] not in self._alone:
+                    parcel.append(self._queue.popleft())
+            self._pool.submit(self._dispatch, [self._open[key] for key in parcel])
+
+    def _dispatch(self, slot: Slot, requests: list[CompileRequest]) -> Any:
+        """The pool's submit function: note which actor got the parcel, then send it."""
+        keys = tuple(r.key for r in requests)
+        for key in keys:
+            self._running[key] = self._ids[slot.actor]
+            self._parcel_of[key] = keys
+        return self._send(slot.actor, requests)
 
     def _step(self, batch: list[CompileResult], timeout: float | None) -> bool:
         """Wait at most `timeout` for one outcome and add it to `batch`; False when none came in time."""
         self._admit(0)
+        self._feed()
         if not self._pool.has_next():
             self._stalled(batch)
             return True
         try:
-            result = self._pool.get_next_unordered(timeout=timeout)
+            results: list[CompileResult] = self._pool.get_next_unordered(timeout=timeout)
         except TimeoutError:
             return False
         except RayActorError as exc:
             self._died(exc, batch)
-        except RayError as exc:  # e.g. a result lost with its node: tied to its row once the pool is idle
+        except RayError as exc:  # e.g. a result lost with its node: tied to its rows once the pool is idle
             self._unexplained.append(exc)
         else:
-            key = result.key
-            self._running.pop(key, None)
-            if self._open.pop(key, None) is not None:
-                self._taken[key] = time.time()
-                batch.append(result)
+            taken = time.time()
+            returned = max((r.finished_unix for r in results if r.finished_unix is not None), default=None)
+            for result in results:
+                key = result.key
+                self._running.pop(key, None)
+                self._parcel_of.pop(key, None)
+                if self._open.pop(key, None) is not None:
+                    self._taken[key] = taken
+                    if returned is not None:
+                        self._returned[key] = returned
+                    batch.append(result)
+        self._feed()  # the slot that just finished gets its next call before the batch is verified
         return True
 
     def _died(self, exc: RayActorError, batch: list[CompileResult]) -> None:
-        """The actor that had a row is gone or unreachable (its node lost): that row goes elsewhere. An actor
-        of the build's own is then killed, so that the pool drops its slots at their next call (an
-        unreachable one would otherwise stay in the pool), and a new actor is started in its place (it joins
-        when it answers). A row in the dead actor's other slot fails too: for a replaced actor it is sent
-        elsewhere without counting a try (`_gone`); an actor that restarts itself charges it one, like this row."""
+        """The actor that had a parcel is gone or unreachable (its node lost): the parcel's rows go elsewhere
+        (`_lost`). An actor of the build's own is then killed, so that the pool drops its slots at their next
+        call (an unreachable one would otherwise stay in the pool), and a new actor is started in its place
+        (it joins when it answers). The parcel in the dead actor's other slot fails too: for a replaced actor
+        its rows are sent elsewhere without counting a try (`_gone`); an actor that restarts itself treats it
+        like this one."""
         key = next((k for k, actor_id in self._running.items() if actor_id == exc.actor_id), None)
         if key is None:
             self._unexplained.append(exc)
             return
-        del self._running[key]
-        if exc.actor_id in self._gone:  # sent there before the pool dropped it: not this row's failure
-            self._pool.submit(self._dispatch, self._open[key])
+        parcel = self._forget_parcel(key)
+        if exc.actor_id in self._gone:  # sent there before the pool dropped it: not these rows' failure
+            self._again(parcel)
             return
-        self._retry_or_fail(key, exc, batch)
+        self._lost(parcel, exc, batch)
         if self._replace is not None:
             self._gone.add(exc.actor_id)
             actor = next(a for a, actor_id in self._ids.items() if actor_id == exc.actor_id)
@@ -160,27 +211,48 @@ class Dispatch:
     def _stalled(self, batch: list[CompileResult]) -> None:
         """Nothing is in flight, yet rows are open: rows sent whose failure could not be tied to them are
         lost (retried); rows waiting for an actor wait for one to join, or fail when none does."""
-        lost = list(self._running)
+        lost = bool(self._running)
         cause: BaseException = self._unexplained[-1] if self._unexplained else RuntimeError("its result was lost")
-        for key in lost:
-            del self._running[key]
-            self._retry_or_fail(key, cause, batch)
+        while self._running:
+            self._lost(self._forget_parcel(next(iter(self._running))), cause, batch)
         if lost or self._admit(JOIN_WAIT_S):
             return
         for key in list(self._open):
             batch.append(failure(key, "Ray task failed: no compile actor is alive on the cluster"))
         self._open.clear()
-        self._pool = ActorPool([])  # drop the rows it still held for an actor that never came
+        self._queue.clear()  # the rows that waited for an actor that never came
+
+    def _forget_parcel(self, key: str) -> tuple[str, ...]:
+        """The keys still in flight in `key`'s call, no longer in flight."""
+        parcel = tuple(k for k in self._parcel_of.get(key, (key,)) if k in self._running)
+        for k in parcel:
+            del self._running[k]
+            self._parcel_of.pop(k, None)
+        return parcel
+
+    def _again(self, keys: tuple[str, ...]) -> None:
+        """Send `keys` again, first, each in a call of its own."""
+        self._alone.update(keys)
+        self._queue.extendleft(reversed(keys))
+
+    def _lost(self, parcel: tuple[str, ...], exc: BaseException, batch: list[CompileResult]) -> None:
+        """A call's rows lost with it: a row alone in its call is charged a try; a larger parcel's rows are
+        not (which of them was at fault is unknown) and go again one to a call."""
+        if len(parcel) > 1:
+            log.info("a parcel of %d rows lost its worker (%s); each is sent again on its own", len(parcel),
+                     _first_line(exc))
+            self._again(parcel)
+        elif parcel:
+            self._retry_or_fail(parcel[0], exc, batch)
 
     def _retry_or_fail(self, key: str, exc: BaseException, batch: list[CompileResult]) -> None:
         self._tries[key] += 1
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if self._tries[key] > self._retries:
             batch.append(failure(key, f"Ray task failed: {exc}"))
             del self._open[key]
             return
-        log.info("%s lost its worker (%s); retry %d of %d", key, reason, self._tries[key], self._retries)
-        self._pool.submit(self._dispatch, self._open[key])
+        log.info("%s lost its worker (%s); retry %d of %d", key, _first_line(exc), self._tries[key], self._retries)
+        self._again((key,))
 
     def _admit(self, timeout_s: float, every: bool = False) -> bool:
         """Move actors that answered into the pool (waiting up to `timeout_s` for one, or for `every`
@@ -195,8 +267,7 @@ class Dispatch:
             try:
                 self._ids[actor] = ray.get(ref)
             except RayError as exc:
-                log.info("a compile actor did not start: %s", str(exc).strip().splitlines()[0] if str(exc).strip()
-                         else type(exc).__name__)
+                log.info("a compile actor did not start: %s", _first_line(exc))
                 continue
             joined.append(actor)
         # The pool hands out its idle slots last-in first-out: every actor's first slot goes in last, so the
@@ -205,3 +276,7 @@ class Dispatch:
             for actor in reversed(joined):
                 self._pool.push(Slot(actor))
         return bool(joined)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

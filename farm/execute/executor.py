@@ -141,8 +141,8 @@ class RayExecutor:
         assert self._dispatch is not None, "use RayExecutor as a context manager"
         self._dispatch.submit(request)
 
-    def _send(self, actor: Any, request: CompileRequest) -> Any:
-        return actor.compile.remote(request, self._sources_ref, self.timeout_s, self.warm)
+    def _send(self, actor: Any, requests: list[CompileRequest]) -> Any:
+        return actor.compile_parcel.remote(requests, self._sources_ref, self.timeout_s, self.warm)
 
     def completed_batches(self, gather_s: float = BATCH_GATHER_S) -> Iterator[list[CompileResult]]:
         """Results in completion order, in batches: after the first result of a batch, whatever else
@@ -154,3 +154,8 @@ class RayExecutor:
         """When the driver took `key`'s result from Ray (its batch's gather may have gone on after that)."""
         assert self._dispatch is not None, "use RayExecutor as a context manager"
         return self._dispatch.taken_unix(key)
+
+    def returned_unix(self, key: str) -> float | None:
+        """When `key`'s call ended on its worker (the end of its parcel's last row)."""
+        assert self._dispatch is not None, "use RayExecutor as a context manager"
+        return self._dispatch.returned_unix(key)

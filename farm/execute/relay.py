@@ -57,10 +57,12 @@ class RelayJob:
 
 @dataclass(frozen=True)
 class RelayBatch:
-    """Results that finished together, with when the daemon took each from Ray (unix time)."""
+    """Results that finished together, with when the daemon took each from Ray and when each one's call ended
+    on its worker (unix time)."""
 
     results: list[CompileResult]
     taken_unix: dict[str, float] = field(default_factory=dict)
+    returned_unix: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ def connect(state: StandingState, timeout_s: float = CONNECT_TIMEOUT_S) -> Conne
 
 
 class RelayExecutor:
-    """RayExecutor's interface (share_sources, submit, completed_batches, taken_unix) over the daemon's
+    """RayExecutor's interface (share_sources, submit, completed_batches, taken_unix, returned_unix) over the daemon's
     socket. The rows go out when the results are first asked for."""
 
     def __init__(self, conn: Connection, executor_cfg: Mapping[str, Any], timeout_s: float) -> None:
@@ -150,6 +152,7 @@ class RelayExecutor:
         self._sources: dict[str, bytes] = {}
         self._requests: list[CompileRequest] = []
         self._taken: dict[str, float] = {}
+        self._returned: dict[str, float] = {}
         self.daemon_cpu_seconds: float | None = None  # said by the daemon at the end (RelayEnd)
 
     def __enter__(self) -> RelayExecutor:
@@ -192,9 +195,14 @@ class RelayExecutor:
                 raise FarmError(f"the standing cluster's daemon sent a {type(message).__name__}, not a batch",
                                 "farm cluster down && farm cluster up restarts it")
             self._taken.update(message.taken_unix)
+            self._returned.update(message.returned_unix)
             waiting.difference_update(r.key for r in message.results)
             yield message.results
 
     def taken_unix(self, key: str) -> float | None:
         """When the daemon took `key`'s result from Ray."""
         return self._taken.pop(key, None)
+
+    def returned_unix(self, key: str) -> float | None:
+        """When `key`'s call ended on its worker (the end of its parcel's last row)."""
+        return self._returned.pop(key, None)

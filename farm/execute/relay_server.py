@@ -81,14 +81,15 @@ class RelayServer:
     def _run(self, conn: Connection, job: RelayJob) -> None:
         cpu = time.process_time()  # the whole daemon's: Ray's threads do most of a build's work here
         sources = ray.put(job.sources)
-        dispatch = Dispatch(lambda actor, request: actor.compile.remote(request, sources, job.timeout_s, job.warm),
-                            job.max_retries)
+        dispatch = Dispatch(lambda actor, requests: actor.compile_parcel.remote(requests, sources, job.timeout_s,
+                                                                                 job.warm), job.max_retries)
         dispatch.start(self.actors, self.join_timeout_s)
         for request in job.requests:
             dispatch.submit(request)
         for batch in dispatch.batches(job.gather_s):
             taken = {r.key: t for r in batch if (t := dispatch.taken_unix(r.key)) is not None}
-            conn.send(RelayBatch(batch, taken))
+            returned = {r.key: t for r in batch if (t := dispatch.returned_unix(r.key)) is not None}
+            conn.send(RelayBatch(batch, taken, returned))
         conn.send(RelayEnd(daemon_cpu_seconds=time.process_time() - cpu))
 
 

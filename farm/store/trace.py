@@ -4,7 +4,7 @@ One process per node and one lane (thread) per worker; each row is a complete ev
 spanning its task on that worker, from the wall-clock times the worker reported, with its worker-side
 phases (fork, front_end, codegen, ...) nested inside it as complete events of their own. The driver is one
 more process with one lane: its own work (Ray submit and results, disassembly, acceptance, writes,
-manifest flushes), and each row's driver phases (ray_return, verify, write) as that row's events in a
+manifest flushes), and each row's driver phases ([parcel_wait,] ray_return, verify, write) as that row's events in a
 second driver lane, so a reader sees where the driver spends its time.
 """
 
@@ -30,7 +30,7 @@ class TimedRow(TypedDict, total=False):
     max_rss_mib: float | None
     error: str | None
     warnings: list[str] | None
-    phases: list[PhaseJson]  # worker phases, then the driver's (ray_return, verify, write)
+    phases: list[PhaseJson]  # worker phases, then the driver's ([parcel_wait,] ray_return, verify, write)
 
 
 class TraceEvent(TypedDict, total=False):
@@ -52,7 +52,7 @@ class Trace(TypedDict):
 
 
 # Phases the driver appends to a row (farm/build.py); every other phase ran on the row's worker.
-DRIVER_PHASES = ("ray_return", "verify", "write")
+DRIVER_PHASES = ("parcel_wait", "ray_return", "verify", "write")
 DRIVER_PID = 0  # the driver's process in the trace (nodes count from 1)
 # Its lanes: its main thread, the rows' driver phases, its verify thread.
 DRIVER_WORK, DRIVER_ROWS, DRIVER_VERIFY = 0, 1, 2
