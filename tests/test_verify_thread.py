@@ -99,3 +99,26 @@ def test_the_timeline_gives_the_verify_thread_a_lane_of_its_own() -> None:
     spans = {e["name"]: e["tid"] for e in events if e["ph"] == "X"}
     assert spans == {"ray results": lanes["driver work"], "disassemble": lanes["driver verify thread"]}
     assert lanes["driver work"] != lanes["driver verify thread"]
+
+
+def test_one_time_preparation_runs_first_and_is_not_a_rows_cost() -> None:
+    """The verify thread first runs the build's one-time work (deriving the verifier record) while the first
+    rows compile; its CPU is left out of the rows' cost, and its error ends the build like a batch's."""
+    order: list[str] = []
+    cost = DriverCost()
+    with cost.window():
+        with VerifyThread(lambda batch, taken: order.append(batch[0]), cost,
+                          prepare=lambda: (order.append("prepare"), burn_cpu(0.2))) as verifying:
+            verifying.put(["a"], time.time())
+    cost.rows = 1
+    assert order == ["prepare", "a"]
+    assert cost.excluded >= 0.2 and cost.report()["cpu_seconds"] < 0.1
+
+    def broken() -> None:
+        raise RuntimeError("no verifier record")
+
+    with pytest.raises(RuntimeError, match="no verifier record"):
+        with VerifyThread(lambda batch, taken: order.append(batch[0]), DriverCost(), prepare=broken) as verifying:
+            time.sleep(0.2)  # the preparation failed meanwhile
+            verifying.put(["b"], time.time())
+    assert "b" not in order

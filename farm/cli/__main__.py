@@ -2,6 +2,6 @@
 
 import sys
 
-from farm.cli.app import main
+from farm.cli import main
 
 sys.exit(main())

@@ -24,6 +24,7 @@ This module does not import Ray: `begin` runs before the build's compile code is
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from pathlib import Path
@@ -83,7 +84,13 @@ def idle_minutes(cfg: Any) -> float:
 
 def stale(state: StandingState) -> bool:
     """Does the daemon run other farm code than this command (its compiles' bytes would be refused)?"""
-    return state.get("generator") != generator_digest()
+    return state.get("generator") != _this_code()
+
+
+@functools.cache
+def _this_code() -> str:
+    """The identity of the farm code this command runs, hashed once (~8 ms; a build asks up to three times)."""
+    return generator_digest()
 
 
 def _who(state: StandingState) -> str:

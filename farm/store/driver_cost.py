@@ -72,6 +72,7 @@ class DriverCost:
         # The CPU of the build's own threads besides the main one (its verify thread, its disassembly threads;
         # they start and end inside a window), added by each; the lock guards it and `sections` between threads.
         self.helper = 0.0
+        self.excluded = 0.0  # one-time work inside a window, left out of the rows' cost (`exclude`)
         self._lock = threading.Lock()
         self.children = 0.0
         self.sections = dict.fromkeys(SECTIONS, 0.0)
@@ -116,16 +117,23 @@ class DriverCost:
         with self._lock:
             self.helper += cpu_seconds
 
+    def exclude(self, cpu_seconds: float) -> None:
+        """CPU that one of the build's own threads (counted by `add_helper`) spent inside a window on the
+        build's one-time work (deriving the verifier record): the build's cost, not its rows'."""
+        with self._lock:
+            self.excluded += cpu_seconds
+
     def report(self) -> DriverReport:
         rows = max(self.rows, 1)
+        process, helper = self.process - self.excluded, self.helper - self.excluded
         # The driver's other threads: Ray's, the progress ticker.
-        threads = max(self.process - self.main - self.helper, 0.0)
+        threads = max(process - self.main - helper, 0.0)
         verify, write, ray = self.sections["verify"], self.sections["write"], self.sections["ray"]
-        other = self.process - verify - write - ray - threads
+        other = process - verify - write - ray - threads
         return {
             "rows": self.rows,
-            "cpu_seconds": round(self.process, 6),
-            "ms_per_row": round(self.process * 1000 / rows, 3),
+            "cpu_seconds": round(process, 6),
+            "ms_per_row": round(process * 1000 / rows, 3),
             "breakdown": {"verify": round(verify, 6), "write": round(write, 6), "ray": round(ray, 6),
                           "threads": round(threads, 6), "other": round(other, 6)},
             "disassembler_cpu_seconds": round(self.children, 6),
