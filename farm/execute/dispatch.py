@@ -31,6 +31,7 @@ from ray.util import ActorPool
 from farm.contract import CompileRequest, CompileResult
 from farm.core.errors import FarmError
 from farm.execute.compiler import failure
+from farm.execute.settings import MAX_PARCEL
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +49,6 @@ Send = Callable[[Actor, list[CompileRequest]], Any]
 # standing cluster took 25.5 s with two slots against 26.6 s with one (three alternating rounds each).
 # More slots only make the build's tail longer (rows wait behind a busy actor while another is free).
 SLOTS_PER_ACTOR = 2
-# Rows in one call at most. Each call costs the driver (or the daemon relaying for it) ~0.7-2 ms of CPU on the
-# 2-core machine and the actor a few ms around its compile; four rows share that. More would make a lost
-# actor cost more work and results come back later, for little: the cost per row is already a quarter.
-MAX_PARCEL = 4
 
 
 class Slot:

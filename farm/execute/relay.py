@@ -29,7 +29,7 @@ from typing import Any
 
 from farm.contract import CompileRequest, CompileResult
 from farm.core.errors import FarmError
-from farm.execute.settings import BATCH_GATHER_S
+from farm.execute.settings import BATCH_GATHER_S, MAX_PARCEL
 from farm.execute.standing_files import StandingState, read_token
 
 log = logging.getLogger(__name__)
@@ -37,9 +37,9 @@ log = logging.getLogger(__name__)
 # How long a build waits for the daemon to accept it and check the key both ways: a stopped or stuck
 # daemon costs this, then the build joins Ray itself.
 CONNECT_TIMEOUT_S = 5.0
-# Past a row's own time limit, how long the build waits for the daemon's next message before it gives up:
-# the daemon's dispatch fails a row itself once its actor misses the deadline, so silence this long means
-# the daemon is stuck.
+# Past the time limits of one call's rows (a parcel of up to MAX_PARCEL, compiled one after another), how long
+# the build waits for the daemon's next message before it gives up: each row's compile ends at its own time
+# limit, so silence this long means the daemon is stuck.
 SILENCE_GRACE_S = 180.0
 
 
@@ -172,7 +172,7 @@ class RelayExecutor:
         self._conn.send(RelayJob(self._sources, self._requests, self._timeout_s, self._warm, self._retries,
                                  gather_s))
         waiting = {r.key for r in self._requests}
-        silence_s = self._timeout_s + SILENCE_GRACE_S
+        silence_s = MAX_PARCEL * self._timeout_s + SILENCE_GRACE_S
         while True:
             try:
                 if not self._conn.poll(silence_s):

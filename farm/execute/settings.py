@@ -17,6 +17,11 @@ from farm.core.errors import FarmError
 BATCH_GATHER_S = 1.0
 # Overrides it for one command, in seconds (0: every result is verified on its own, as soon as it comes).
 GATHER_ENV = "FARM_BATCH_GATHER_S"
+# Rows in one Ray call at most (farm/execute/dispatch.py sends rows in parcels). Each call costs the driver (or
+# the daemon relaying for it) ~0.7-2 ms of CPU on the 2-core machine and the actor a few ms around its
+# compiles; four rows share that. More would make a lost actor cost more work and results come back later,
+# for little: the cost per row is already a quarter. A call can take this many rows' time limits.
+MAX_PARCEL = 4
 
 
 def batch_gather_s() -> float:
