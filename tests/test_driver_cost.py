@@ -197,3 +197,18 @@ def test_recorded_farm_names_are_judged_the_same_when_asked_again() -> None:
     for _ in range(2):
         assert farm_path_ok("build.py") and farm_path_ok("plan/digest.py")
         assert not any(farm_path_ok(bad) for bad in ("../x.py", "/abs.py", "a.txt", "", "a//b.py", 3, None))
+
+
+def test_a_rows_way_back_splits_its_wait_for_its_parcel_from_rays_return() -> None:
+    """A row that ended before the rest of its call (its parcel) waited on its worker for them: `parcel_wait`
+    until the call ended, then `ray_return` until the driver took it; the two add up to the whole way back.
+    A row that ended its call has only `ray_return`."""
+    early = CompileResult("op/t/a", ok=True, finished_unix=100.0)
+    phases = build._ray_return(early, returned=100.6, taken=100.65)
+    assert [p["name"] for p in phases] == ["parcel_wait", "ray_return"]
+    assert phases[0]["start_unix"] == 100.0 and abs(phases[0]["seconds"] - 0.6) < 1e-9
+    assert phases[1]["start_unix"] == 100.6 and abs(sum(p["seconds"] for p in phases) - 0.65) < 1e-9
+    last = CompileResult("op/t/b", ok=True, finished_unix=100.6)
+    assert [p["name"] for p in build._ray_return(last, returned=100.6, taken=100.65)] == ["ray_return"]
+    assert [p["name"] for p in build._ray_return(last, returned=None, taken=100.65)] == ["ray_return"]
+    assert build._ray_return(CompileResult("op/t/c", ok=False), returned=None, taken=1.0) == []
