@@ -34,6 +34,7 @@ from pathlib import Path
 
 from farm import build as farm_build
 from farm.contract import CompileRequest, CompileResult, TargetFacts
+from farm.execute.settings import MAX_PARCEL
 from farm.plan.digest import farm_hashes
 from farm.plan.sources import Tree, collect
 from farm.store import manifest
@@ -210,8 +211,6 @@ def main() -> None:
         found[size] = rep
         print(f"{size:>6} {rep['ms_per_row']:>8.2f} {per['verify']:>8.2f} {per['write']:>8.2f} {per['ray']:>6.2f} "
               f"{per['threads']:>7.2f} {per['other']:>6.2f} {rep['disassembler_ms_per_row']:>8.2f}")
-    from farm.execute.dispatch import MAX_PARCEL  # imports Ray: only for the Ray part
-
     ray_found = {}
     for actors in [int(a) for a in args.ray.split(",") if a]:
         for parcel in (1, MAX_PARCEL):  # one row a call (the dispatch before parcels) and today's, side by side

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TypedDict
 
+from farm.store.trace import DRIVER_PHASES  # the phases the driver appends to a row
+
 
 class PhaseRecord(TypedDict):
     """One phase of one row, as a report row's `phases` list holds it."""
@@ -21,10 +23,9 @@ class PhaseRecord(TypedDict):
 
 
 # The contract's worker phases in time order ("warmup": a row that started its worker's warm server; "other":
-# what could not be attributed), then the driver's.
+# what could not be attributed); the driver's follow them (DRIVER_PHASES, the farm's own list).
 WORKER_PHASES = ("prepare", "warmup", "fork", "front_end", "mlir_passes", "handoff", "codegen", "link", "return",
                  "other")
-DRIVER_PHASES = ("parcel_wait", "ray_return", "verify", "write")
 # In one process that compiles row after row there is no fork, hand-off or return, and codegen runs with
 # its link inside one call: the in-process way is measured as these three.
 IN_PROCESS_PHASES = ("front_end", "mlir_passes", "codegen+link")
