@@ -9,6 +9,7 @@ import random
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -17,7 +18,9 @@ import yaml
 from conftest import REPO, copy_project, last_line, run_farm
 
 from farm.core.private import private_dir
-from farm.toolchain.disasm import CLASS_NAMES, classify, count_files, count_many, parse_listing
+from farm.toolchain import disasm, listing
+from farm.toolchain.disasm import count_files, count_many
+from farm.toolchain.listing import CLASS_NAMES, classify, parse_listing
 
 # One real row of every attention family (op, target, object name or None for its first row, class).
 ATTENTION_ROWS = [
@@ -197,6 +200,32 @@ def test_case9_count_files_gives_the_bad_file_its_own_reason(bwd_built: Path, tm
     reason = batch[bad]
     assert isinstance(reason, str) and reason.startswith("the disassembler could not read it: ")
     assert "goes past the end of the file" in reason and str(bad) not in reason
+
+
+def test_a_large_batch_s_listing_is_parsed_apart_with_the_same_counts(
+        bwd_built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At PARSE_APART_AT objects the listing is parsed by a child Python (listing.py, stdlib only), not in
+    the driver: the same counts; a child that fails or answers nonsense only costs a parse in the driver."""
+    objects = [p.read_bytes() for p in _objects(bwd_built)] * 2
+    here = count_many(PINNED, "gfx942", objects)
+    assert len(objects) < disasm.PARSE_APART_AT and all(isinstance(r, dict) for r in here)
+    children: list[list[str]] = []
+    real_run = subprocess.run
+
+    def watched(command: list[str], **kwargs: object) -> subprocess.CompletedProcess:
+        children.append([str(c) for c in command])
+        return real_run(command, **kwargs)
+
+    monkeypatch.setattr(disasm.subprocess, "run", watched)
+    monkeypatch.setattr(disasm, "PARSE_APART_AT", 2)
+    assert count_many(PINNED, "gfx942", objects) == here
+    assert [c[1:4] for c in children if c[0] == sys.executable] == [["-I", "-S", listing.__file__]]
+    for answer in ("exit 1", "echo not json", """echo '{"/not/asked.hsaco": {}}'""", "echo '[]'"):
+        child = tmp_path / "child"
+        child.write_text(f"#!/bin/sh\n{answer}\n")
+        child.chmod(0o755)
+        monkeypatch.setattr(disasm.sys, "executable", str(child))
+        assert count_many(PINNED, "gfx942", objects) == here, answer
 
 
 def test_case9_count_many_shares_the_path(bwd_built: Path) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 from farm.accept.elfinfo import ELFOSABI_AMDGPU_HSA, EM_AMDGPU, CodeObject
 from farm.table.config import Op, Target
 from farm.table.rows import Row
-from farm.toolchain.disasm import CLASS_NAMES, EXAMPLES
+from farm.toolchain.listing import CLASS_NAMES, EXAMPLES
 
 
 def target_processor(amdhsa_target: str) -> str:

@@ -14,7 +14,7 @@ from farm.core.errors import FarmError
 from farm.table.model import SAFE_NAME, Group, Op, Target, Tuning
 from farm.table.schema import OpFile, TargetFile, TuningFile, fields_of, unknown_key
 from farm.table.values import mapping, nearest, nearest_hint
-from farm.toolchain.disasm import CLASS_NAMES
+from farm.toolchain.listing import CLASS_NAMES
 
 RESOURCE_RULES = ("scratch", "vgpr_spill", "sgpr_spill")
 

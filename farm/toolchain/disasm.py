@@ -10,50 +10,29 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import json
 import os
-import re
 import shutil
 import subprocess
+import sys
 import tempfile
-from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from farm.core.errors import FarmError
 from farm.core.private import private_dir
+from farm.toolchain import listing
+from farm.toolchain.listing import Functions, parse_listing, valid_counts
 from farm.toolchain.shapes import DisassemblerPin
 
-# First matching prefix wins, so the specific classes come before the catch-all `salu` / `valu`.
-CLASSES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("mfma", ("v_mfma_", "v_smfmac_")),
-    ("wmma", ("v_wmma_", "v_swmmac_")),
-    ("lds", ("ds_",)),
-    ("vmem", ("buffer_", "global_", "flat_", "scratch_")),
-    ("smem", ("s_load_", "s_buffer_load_", "s_store_", "s_buffer_store_", "s_dcache_", "s_scratch_")),
-    ("wait", ("s_waitcnt", "s_wait_", "s_barrier", "s_nop", "s_sleep")),
-    ("branch", ("s_branch", "s_cbranch_", "s_setpc_", "s_swappc_", "s_getpc_", "s_call_", "s_endpgm")),
-    ("salu", ("s_",)),
-    ("valu", ("v_",)),
-)
-OTHER = "other"
-CLASS_NAMES: tuple[str, ...] = (*(name for name, _ in CLASSES), OTHER)
-EXAMPLES = {name: prefixes[0] + "*" for name, prefixes in CLASSES}
-# One object's instruction counts: {function: {class: count}}.
-Functions = dict[str, dict[str, int]]
 FIX = "install it (as root: apt-get install llvm-22; scripts/setup.sh does this) or repin with `farm pin`"
-
-
-def classify(mnemonic: str) -> str:
-    known = _CLASSIFIED.get(mnemonic)
-    if known is None:
-        known = next((name for name, prefixes in CLASSES if mnemonic.startswith(prefixes)), OTHER)
-        if len(_CLASSIFIED) < 100_000:  # a hostile listing cannot grow it without bound
-            _CLASSIFIED[mnemonic] = known
-    return known
-
-
-# mnemonic -> class: an object's listing repeats a few hundred mnemonics thousands of times.
-_CLASSIFIED: dict[str, str] = {}
+# A batch of at least this many objects has its listing parsed in a child process (listing.py run by
+# `python -I -S`): ~20 ms of a child's CPU, on another core, instead of ~0.4 ms per object of the
+# driver's own Python, which verifies every row of a build on one interpreter. Smaller batches (a 2-core
+# machine's are 1-4 rows) are parsed in the driver, where a child would cost more CPU than it saves.
+PARSE_APART_AT = 16
 
 
 def binary(entry: DisassemblerPin | None) -> Path:
@@ -85,62 +64,54 @@ def installed(entry: DisassemblerPin | None) -> DisassemblerPin:
     return DisassemblerPin(path=str(path), version=version(path))
 
 
-def parse_listing(text: str, files: Sequence[Path]) -> dict[Path, dict[str, dict[str, int]]]:
-    """Split `llvm-objdump -d` output of several files into per-file, per-function class counts.
-    The listing is cut at its file and function header lines; each function's mnemonics are counted
-    with one regular-expression pass and classified once per distinct mnemonic (a batch's listing holds
-    hundreds of thousands of instructions: a Python step per line cost the driver most of its verify)."""
-    by_header = {str(f): f for f in files}
-    out: dict[Path, dict[str, dict[str, int]]] = {}
-    functions: dict[str, dict[str, int]] | None = None
-    parts = _HEADERS.split("\n" + text)
-    # re.split with two groups: [text before, (file, function, text after) per header line...]
-    for i in range(1, len(parts), 3):
-        file_header, function, block = parts[i], parts[i + 1], parts[i + 2]
-        if file_header is not None:
-            file = by_header.get(file_header)
-            functions = out.setdefault(file, {}) if file is not None else None
-            continue
-        if functions is None:
-            continue
-        current = functions.setdefault(function, dict.fromkeys(CLASS_NAMES, 0))
-        for mnemonic, n in Counter(_MNEMONIC.findall(block)).items():
-            if not mnemonic.startswith("//"):
-                current[classify(mnemonic)] += n
-    return out
-
-
-# A file's header line ("<path>:\tfile format ...") or a function's ("<name>:"); an instruction line
-# starts with a tab, its first word the mnemonic.
-# Each is found after a newline (the listing gets one in front): a literal first character lets the
-# regular-expression engine skip ahead instead of trying every position.
-_HEADERS = re.compile(r"\n(?:([^\t\n<][^\n]*):\tfile format [^\n]*|<([^\n]+)>:)(?=\n|$)")
-_MNEMONIC = re.compile(r"\n\t[ \t]*(\S+)")
-
-
 BATCH_TIMEOUT_S = 600.0
 ALONE_TIMEOUT_S = 120.0  # one object disassembles in milliseconds; this only bounds a hostile one
 
 
-def _run(entry: DisassemblerPin | None, mcpu: str, files: Sequence[Path],
-         timeout_s: float) -> subprocess.CompletedProcess | None:
-    """The disassembler's output for `files`; None when it did not finish in time."""
+@dataclass(frozen=True)
+class _Listing:
+    returncode: int
+    stderr: str
+    counts: dict[Path, Functions]  # parsed only from a clean run (returncode 0)
+
+
+def _run(entry: DisassemblerPin | None, mcpu: str, files: Sequence[Path], timeout_s: float) -> _Listing | None:
+    """The disassembler's run over `files`, its listing parsed; None when it did not finish in time."""
     path = binary(entry)
     command = [str(path), "-d", "--no-show-raw-insn", "--no-leading-addr", f"--mcpu={mcpu}", *map(str, files)]
-    # The listing (~190 kB an object) goes to an unnamed file, read at once: through a pipe, Python's
+    # The listing (~120-190 kB an object) goes to an unnamed file, read at once: through a pipe, Python's
     # communicate loop cost the driver ~4 ms of CPU per object, more than parsing it.
-    with tempfile.TemporaryFile(dir=_scratch_dir()) as listing:
+    with tempfile.TemporaryFile(dir=_scratch_dir()) as listed:
         try:
-            proc = subprocess.run(command, stdout=listing, stderr=subprocess.PIPE, text=True, errors="replace",
-                                  timeout=timeout_s, env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent",
-                                                          "LC_ALL": "C"})
+            proc = subprocess.run(command, stdout=listed, stderr=subprocess.PIPE, text=True, errors="replace",
+                                  timeout=timeout_s, env=_ENV)
         except subprocess.TimeoutExpired:
             return None
         except OSError as exc:
             raise FarmError(f"disassembler {path} does not run ({exc})", FIX) from None
-        listing.seek(0)
-        proc.stdout = listing.read().decode("utf-8", "replace")
-    return proc
+        counts: dict[Path, Functions] = {}
+        if proc.returncode == 0:
+            listed.seek(0)
+            counts = _parse_apart(listed, files) if len(files) >= PARSE_APART_AT else None
+            if counts is None:
+                listed.seek(0)
+                counts = parse_listing(listed.read().decode("utf-8", "replace"), files)
+    return _Listing(proc.returncode, proc.stderr, counts)
+
+
+_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LC_ALL": "C"}
+
+
+def _parse_apart(listed: BinaryIO, files: Sequence[Path]) -> dict[Path, Functions] | None:
+    """`parse_listing` run in a child Python on the listing file; None when the child gave no valid
+    answer (the caller then parses in this process, so a broken child costs time, never a result)."""
+    command = [sys.executable, "-I", "-S", listing.__file__, *map(str, files)]
+    try:
+        child = subprocess.run(command, stdin=listed, capture_output=True, timeout=ALONE_TIMEOUT_S, env=_ENV)
+        answer = json.loads(child.stdout) if child.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+    return valid_counts(answer, files)
 
 
 def _alone(entry: DisassemblerPin | None, mcpu: str, path: Path) -> Functions | str:
@@ -148,10 +119,9 @@ def _alone(entry: DisassemblerPin | None, mcpu: str, path: Path) -> Functions | 
     proc = _run(entry, mcpu, [path], ALONE_TIMEOUT_S)
     if proc is None:
         return f"the disassembler did not finish within {ALONE_TIMEOUT_S:g} s"
-    parsed = parse_listing(proc.stdout, [path])
-    if proc.returncode != 0 or path not in parsed:
+    if proc.returncode != 0 or path not in proc.counts:
         return f"the disassembler could not read it: {_reason(proc.stderr, path)}"
-    return parsed[path]
+    return proc.counts[path]
 
 
 def _reason(stderr: str, path: Path) -> str:
@@ -168,8 +138,7 @@ def count_files(entry: DisassemblerPin | None, mcpu: str, files: Sequence[Path])
     if not files:
         return {}
     batch = _run(entry, mcpu, files, BATCH_TIMEOUT_S)
-    clean = batch is not None and batch.returncode == 0
-    parsed = parse_listing(batch.stdout, files) if clean and batch is not None else {}
+    parsed = batch.counts if batch is not None else {}
     out: dict[Path, Functions | str] = {}
     for path in files:
         named = batch is not None and f"'{path}'" in batch.stderr  # a warning or error about this file
