@@ -89,13 +89,13 @@ def _run(entry: DisassemblerPin | None, mcpu: str, files: Sequence[Path], timeou
             return None
         except OSError as exc:
             raise FarmError(f"disassembler {path} does not run ({exc})", FIX) from None
-        counts: dict[Path, Functions] = {}
-        if proc.returncode == 0:
+        if proc.returncode != 0:
+            return _Listing(proc.returncode, proc.stderr, {})
+        listed.seek(0)
+        counts = _parse_apart(listed, files) if len(files) >= PARSE_APART_AT else None
+        if counts is None:
             listed.seek(0)
-            counts = _parse_apart(listed, files) if len(files) >= PARSE_APART_AT else None
-            if counts is None:
-                listed.seek(0)
-                counts = parse_listing(listed.read().decode("utf-8", "replace"), files)
+            counts = parse_listing(listed.read().decode("utf-8", "replace"), files)
     return _Listing(proc.returncode, proc.stderr, counts)
 
 
@@ -105,6 +105,8 @@ _ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LC_ALL": "C"}
 def _parse_apart(listed: BinaryIO, files: Sequence[Path]) -> dict[Path, Functions] | None:
     """`parse_listing` run in a child Python on the listing file; None when the child gave no valid
     answer (the caller then parses in this process, so a broken child costs time, never a result)."""
+    if not sys.executable or not os.path.isfile(listing.__file__):  # an embedded Python, a zipped farm
+        return None
     command = [sys.executable, "-I", "-S", listing.__file__, *map(str, files)]
     try:
         child = subprocess.run(command, stdin=listed, capture_output=True, timeout=ALONE_TIMEOUT_S, env=_ENV)
