@@ -221,11 +221,13 @@ def test_a_large_batch_s_listing_is_parsed_apart_with_the_same_counts(
     assert count_many(PINNED, "gfx942", objects) == here
     assert [c[1:4] for c in children if c[0] == sys.executable] == [["-I", "-S", listing.__file__]]
     for answer in ("exit 1", "echo not json", """echo '{"/not/asked.hsaco": {}}'""", "echo '[]'"):
-        child = tmp_path / "child"
-        child.write_text(f"#!/bin/sh\n{answer}\n")
+        child, ran = tmp_path / "child", tmp_path / "ran"
+        child.write_text(f"#!/bin/sh\ntouch {ran}\n{answer}\n")
         child.chmod(0o755)
+        ran.unlink(missing_ok=True)
         monkeypatch.setattr(disasm.sys, "executable", str(child))
         assert count_many(PINNED, "gfx942", objects) == here, answer
+        assert ran.exists(), answer  # the broken child was asked, and its answer set aside
 
 
 def test_case9_count_many_shares_the_path(bwd_built: Path) -> None:
