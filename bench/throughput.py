@@ -5,7 +5,10 @@
 (a) sequential: one process per target compiling its rows in sequence (imports once, no isolation),
     up to one such process per core at a time: how per-target generator scripts work. Its per-row
     compile seconds are the in-process reference of the tax, and it records each row's in-process
-    phases (front end, MLIR passes, codegen with link);
+    phases (front end, MLIR passes, codegen with link). It runs twice, right before and right after the
+    measured farm build, and the ratios use the mean of the two: this machine kind's speed drifts by up
+    to ~25% within minutes, and one sequential run minutes away from the farm's once made the tax 0.90
+    in one run and 1.33 in the next, with the same code. Both runs and their difference are printed;
 (b) fresh:      one fresh interpreter per row (`python -m farm.worker.zygote --fresh`), one per core at a
     time: how `make -j` over per-kernel compile commands works;
 (c) farm:       `farm build` on the defaults (run the bench with CI unset: CI=true turns auto-start off),
@@ -16,7 +19,7 @@
     farm/ was edited while it ran is run once more (bench/farm_way.py).
 --private adds a reference line: `farm build executor.standing=false` (a private cluster per build).
 
-Numbers, all from the measured farm build and the sequential way of the same run:
+Numbers, all from the measured farm build and the same run's sequential way (the mean of its two runs):
     tax         = the farm's isolated compile seconds per row (mean of its report rows' compile_seconds)
                   over the in-process compile seconds per row (the sequential way);
     efficiency  = the farm's isolated compile seconds summed, over the cores, over the farm's wall time;
@@ -81,6 +84,16 @@ def _phase_lines(seq: WayRun, farm: FarmRun) -> list[str]:
     return lines
 
 
+def bracketing(before: WayRun, after: WayRun) -> WayRun:
+    """The sequential way as the mean of its runs before and after the measured farm build: mean wall, each
+    row's mean in-process seconds, and both runs' phases (the phase table's means then cover both)."""
+    seconds = {k: (before.seconds[k] + after.seconds[k]) / 2 for k in before.seconds if k in after.seconds}
+    phases = {**{f"{k} (before)": v for k, v in before.phases.items()},
+              **{f"{k} (after)": v for k, v in after.phases.items()}}
+    return WayRun((before.wall + after.wall) / 2, max(before.peak_gib, after.peak_gib), before.objects,
+                  seconds, phases)
+
+
 def summary(seq: WayRun, fresh: WayRun, farm: FarmRun, cores: int) -> str:
     """The last line: the measured farm build against the same run's reference ways."""
     in_process = sum(seq.seconds.values()) / len(seq.seconds)
@@ -104,8 +117,6 @@ def main(argv: list[str]) -> int:
         print(f"  note: {auto_start_note(cfg)}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="farm-bench-"))
     try:
-        seq = way_sequential(cfg, rows, work / "sequential", cores)
-        _print_way("sequential", seq, len(rows))
         fresh = way_fresh(cfg, rows, work / "fresh", cores)
         _print_way("fresh", fresh, len(rows))
         with default_path(cfg.root) as was_up:
@@ -113,9 +124,17 @@ def main(argv: list[str]) -> int:
             _print_way("farm warm-up", warm, len(rows), f"  on the {warm.cluster} cluster"
                        + (" (already up before the bench)" if was_up and warm.cluster == "standing" else "")
                        + "; not in the ratios")
+            before = way_sequential(cfg, rows, work / "sequential", cores)
+            _print_way("sequential", before, len(rows), "  right before the measured farm build")
             farm = farm_build(overrides, rows, work / "farm", cfg.root)
             _print_way("farm", farm, len(rows), f"  on the {farm.cluster} cluster; measured")
-        ways = {"sequential": seq.objects, "fresh": fresh.objects, "farm warm-up": warm.objects, "farm": farm.objects}
+            after = way_sequential(cfg, rows, work / "sequential-after", cores)
+            _print_way("sequential", after, len(rows), "  right after it")
+        seq = bracketing(before, after)
+        print(f"  sequential, the mean of both: {seq.wall:.1f} s; the second took {after.wall / before.wall:.2f}x "
+              "the first (the machine's drift while the farm built)", flush=True)
+        ways = {"sequential": before.objects, "sequential after": after.objects, "fresh": fresh.objects,
+                "farm warm-up": warm.objects, "farm": farm.objects}
         if private:
             ref = farm_build(overrides, rows, work / "farm-private", cfg.root, ("executor.standing=false",))
             _print_way("farm-private", ref, len(rows), "  reference only (executor.standing=false)")

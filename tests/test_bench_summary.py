@@ -6,6 +6,8 @@ import hashlib
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import throughput  # noqa: E402  (bench/ is scripts, not a package)
@@ -34,6 +36,20 @@ def test_efficiency_is_isolated_compile_seconds_over_cores_over_wall() -> None:
     farm = _farm(wall=5.0, compile_seconds=[4.5, 4.5])  # 9 s of compiles on 2 cores in 5 s
     fields = dict(item.split("=") for item in throughput.summary(seq, seq, farm, cores=2).split())
     assert fields["efficiency"] == "0.90" and fields["tax"] == "4.50"
+
+
+def test_the_sequential_reference_is_the_mean_of_its_runs_around_the_farm_build() -> None:
+    phase = {"name": "front_end", "start_unix": 0.0, "seconds": 0.1}
+    before = WayRun(wall=10.0, peak_gib=0.5, objects={"a.hsaco": b"x"}, seconds={"a": 0.2, "b": 0.4},
+                    phases={"a": [phase], "b": [phase]})
+    after = WayRun(wall=14.0, peak_gib=0.6, objects={"a.hsaco": b"x"}, seconds={"a": 0.4, "b": 0.6},
+                   phases={"a": [phase], "b": [phase]})
+    seq = throughput.bracketing(before, after)
+    assert seq.wall == 12.0 and seq.peak_gib == 0.6 and seq.seconds == pytest.approx({"a": 0.3, "b": 0.5})
+    assert len(seq.phases) == 4  # both runs' rows go into the phase table's means
+    farm = _farm(wall=6.0, compile_seconds=[0.4, 0.4])
+    fields = dict(item.split("=") for item in throughput.summary(seq, seq, farm, cores=2).split())
+    assert fields["farm_vs_sequential"] == "2.00" and fields["tax"] == "1.00"
 
 
 def test_identity_lines_count_objects_equal_to_the_sequential_way_and_the_golden_digests() -> None:
