@@ -8,7 +8,7 @@
     phases (front end, MLIR passes, codegen with link). It runs twice, right before and right after the
     measured farm build, and the ratios use the mean of the two: this machine kind's speed drifts by up
     to ~25% within minutes, and one sequential run minutes away from the farm's once made the tax 0.90
-    in one run and 1.33 in the next, with the same code. Both runs and their difference are printed;
+    in one run and 1.33 in the next, with the same code. Both runs and their ratio are printed;
 (b) fresh:      one fresh interpreter per row (`python -m farm.worker.zygote --fresh`), one per core at a
     time: how `make -j` over per-kernel compile commands works;
 (c) farm:       `farm build` on the defaults (run the bench with CI unset: CI=true turns auto-start off),

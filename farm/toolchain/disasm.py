@@ -33,6 +33,9 @@ FIX = "install it (as root: apt-get install llvm-22; scripts/setup.sh does this)
 # driver's own Python, which verifies every row of a build on one interpreter. Smaller batches (a 2-core
 # machine's are 1-4 rows) are parsed in the driver, where a child would cost more CPU than it saves.
 PARSE_APART_AT = 16
+# The environment of every process this module starts (the disassembler, the parse child): nothing of
+# the user's, the C locale.
+_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LC_ALL": "C"}
 
 
 def binary(entry: DisassemblerPin | None) -> Path:
@@ -50,7 +53,7 @@ def version(path: Path) -> str:
     """'Debian LLVM version 22.1.8' (the first line of `--version` that names the version)."""
     try:
         out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=60,
-                             env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LC_ALL": "C"})
+                             env=_ENV)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise FarmError(f"disassembler {path} does not run ({exc})", FIX) from None
     for line in out.stdout.splitlines():
@@ -98,8 +101,6 @@ def _run(entry: DisassemblerPin | None, mcpu: str, files: Sequence[Path], timeou
             counts = parse_listing(listed.read().decode("utf-8", "replace"), files)
     return _Listing(proc.returncode, proc.stderr, counts)
 
-
-_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LC_ALL": "C"}
 
 
 def _parse_apart(listed: BinaryIO, files: Sequence[Path]) -> dict[Path, Functions] | None:
