@@ -2,26 +2,24 @@
 
 conf/config.yaml and its groups (executor, remote, toolchain) are composed by Hydra; every
 conf/target/*.yaml and conf/op/*.yaml is found by listing its folder (farm.table.tables). Every key is
-checked against the schema (farm.table.schema): overrides before composing, files after."""
+checked against the schema (farm.table.schema): overrides before composing, files after. What Hydra and
+OmegaConf give is kept between commands (farm.table.config_cache) and checked the same way when used.
+Hydra and OmegaConf are imported only when a config is composed: a command whose config is kept needs
+neither."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from hydra import compose as hydra_compose
-from hydra import initialize_config_dir
-from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
-from omegaconf import DictConfig, OmegaConf, open_dict
-from omegaconf.errors import OmegaConfBaseException
+from typing import TYPE_CHECKING, Any
 
 from farm.core.errors import FarmError
+from farm.table import config_cache
+from farm.table.config_cache import Composed
 from farm.table.model import SAFE_NAME, Group, Op, Target, Tuning
-from farm.table.overrides import check_overrides
 from farm.table.schema import CONFIG_GROUPS, ConfigFile, ExecutorSettings, ToolchainPin, unknown_key
-from farm.table.tables import load_ops, load_targets
+from farm.table.tables import load_ops, load_targets, read_tables, table_files
 from farm.table.values import (
     AUDIT_VARIATIONS,
     PATH_KEYS,
@@ -75,6 +73,10 @@ def find_project_root(start: Path | None = None) -> Path:
                     "run farm inside a checkout of the farm, or set FARM_PROJECT")
 
 
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+
 def compose(root: Path, overrides: list[str]) -> DictConfig:
     """Compose conf/config.yaml with `overrides` (checked against the schema first) into one config."""
     return _compose(root, overrides)[0]
@@ -82,6 +84,14 @@ def compose(root: Path, overrides: list[str]) -> DictConfig:
 
 def _compose(root: Path, overrides: list[str]) -> tuple[DictConfig, dict[str, str]]:
     """(the composed config, the file chosen for each config group)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+    from omegaconf import open_dict
+    from omegaconf.errors import OmegaConfBaseException
+
+    from farm.table.overrides import check_overrides  # Hydra's override parser
+
     check_overrides(root, overrides)
     try:
         with initialize_config_dir(config_dir=str(root / "conf"), version_base=None):
@@ -100,11 +110,40 @@ def _compose(root: Path, overrides: list[str]) -> tuple[DictConfig, dict[str, st
     return cfg, choices
 
 
-def _composed(root: Path, overrides: list[str]) -> dict[str, Any]:  # the keys of ConfigFile, values unchecked
-    """The composed top level as plain data, every key declared (a stray one named with its file)."""
+def _composed(root: Path, overrides: list[str]) -> Composed:
+    """What Hydra and OmegaConf give: kept from an earlier command with the same inputs, else composed and read
+    now (and kept). Either way the top level is checked here and the rest by `load`."""
+    try:
+        key = config_cache.key_for(root, overrides)
+    except OSError:  # a conf/ file that cannot be read: composing it says which
+        key = None
+    kept = config_cache.lookup(key) if key else None
+    if kept is not None and set(kept.files) == set(table_files(root)) and _top_ok(kept):
+        return kept
+    from omegaconf import OmegaConf
+
     cfg, choices = _compose(root, overrides)
-    raw = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(raw, dict)
+    top = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(top, dict)
+    _check_top(top, choices)
+    composed = Composed(top=top, choices=choices, files=read_tables(root))
+    text = config_cache.encode(key, composed) if key else None
+    if key and text is not None:
+        config_cache.keep(key, text)
+    return composed
+
+
+def _top_ok(kept: Composed) -> bool:
+    """A kept entry passes the check its fresh compose passed (one that does not was not written by `keep`)."""
+    try:
+        _check_top(kept.top, kept.choices)
+    except FarmError:
+        return False
+    return True
+
+
+def _check_top(raw: dict[str, Any], choices: dict[str, str]) -> None:  # the keys of ConfigFile, values unchecked
+    """Every key of the composed top level is declared (a stray one named with its file)."""
     if "op_table" in raw or "target_table" in raw:
         raise FarmError("conf/config.yaml lists op or target files in its defaults (op@op_table.NAME or "
                         "target@target_table.NAME)",
@@ -117,14 +156,14 @@ def _composed(root: Path, overrides: list[str]) -> dict[str, Any]:  # the keys o
         raise FarmError(f"{where}: unknown key '{bad.path}'"
                         + (f"; did you mean '{bad.parent + '.' if bad.parent else ''}{near}'?" if near else ""),
                         f"{'accepted under ' + bad.parent if bad.parent else 'accepted'}: {', '.join(bad.accepted)}")
-    return raw
 
 
 def load(root: Path, overrides: list[str]) -> FarmConfig:
     """Compose and validate: unknown targets, ops, bad values or malformed tables fail here, before any compile."""
-    raw = _composed(root, overrides)
-    targets = load_targets(root)
-    ops = load_ops(root, targets)
+    composed = _composed(root, overrides)
+    raw = dict(composed.top)
+    targets = load_targets(root, composed.files)
+    ops = load_ops(root, targets, composed.files)
     if not ops or not targets:
         raise FarmError(f"no {'op' if not ops else 'target'} files under conf/{'op' if not ops else 'target'}/",
                         "add one file per op (conf/op/NAME.yaml) and per target (conf/target/NAME.yaml)")

@@ -7,9 +7,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
-
 from farm.core.errors import FarmError
 from farm.table.model import SAFE_NAME, Group, Op, Target, Tuning
 from farm.table.schema import OpFile, TargetFile, TuningFile, fields_of, unknown_key
@@ -34,6 +31,10 @@ def discover(root: Path, kind: str) -> dict[str, Path]:
 
 def read_file(root: Path, path: Path) -> dict[str, Any]:
     """A conf/ file as plain data (YAML read the way Hydra reads it), or one error naming the file."""
+    # Imported here: a command whose config comes from the cache (config_cache.py) never loads OmegaConf.
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
     where = str(path.relative_to(root))
     try:
         data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
@@ -53,12 +54,36 @@ def check_keys(where: str, data: dict[str, Any], schema: Any) -> None:
                     f"{bad.parent.rpartition('.')[2] or 'this file'} takes {', '.join(bad.accepted)}")
 
 
-def load_targets(root: Path) -> dict[str, Target]:
-    return {name: _target(root, name, path) for name, path in discover(root, "target").items()}
+Tables = dict[str, dict[str, Any]]  # "conf/target/gfx942.yaml" -> that file's data (read_file)
 
 
-def load_ops(root: Path, targets: dict[str, Target]) -> dict[str, Op]:
-    return {name: _op(root, name, path, targets) for name, path in discover(root, "op").items()}
+def table_files(root: Path) -> dict[str, Path]:
+    """Where each target and op file's data goes in Tables -> the file."""
+    return {f"conf/{kind}/{name}.yaml": path
+            for kind in ("target", "op") for name, path in discover(root, kind).items()}
+
+
+def read_tables(root: Path) -> Tables:
+    """Every target and op file as plain data, not yet checked."""
+    return {where: read_file(root, path) for where, path in table_files(root).items()}
+
+
+def load_targets(root: Path, tables: Tables | None = None) -> dict[str, Target]:
+    """The targets, from `tables` (read_tables; read now when None), each file checked."""
+    found = discover(root, "target")
+    return {name: _target(name, _data(root, tables, "target", name, path)) for name, path in found.items()}
+
+
+def load_ops(root: Path, targets: dict[str, Target], tables: Tables | None = None) -> dict[str, Op]:
+    found = discover(root, "op")
+    return {name: _op(name, _data(root, tables, "op", name, path), targets) for name, path in found.items()}
+
+
+def _data(root: Path, tables: Tables | None, kind: str, name: str, path: Path) -> dict[str, Any]:
+    where = f"conf/{kind}/{name}.yaml"
+    if tables is None or where not in tables:
+        return read_file(root, path)
+    return dict(tables[where])
 
 
 def _require(where: str, spec: Mapping[str, object], keys: list[str]) -> None:
@@ -67,9 +92,8 @@ def _require(where: str, spec: Mapping[str, object], keys: list[str]) -> None:
         raise FarmError(f"{where}: missing {', '.join(missing)}", f"add them to {where}")
 
 
-def _target(root: Path, name: str, path: Path) -> Target:
+def _target(name: str, spec: dict[str, Any]) -> Target:
     where = f"conf/target/{name}.yaml"
-    spec = read_file(root, path)
     check_keys(where, spec, TargetFile)
     _require(where, spec, list(fields_of(TargetFile) or ()))
     if spec["name"] != name:
@@ -89,9 +113,9 @@ def _target(root: Path, name: str, path: Path) -> Target:
     )
 
 
-def _op(root: Path, name: str, path: Path, targets: dict[str, Target]) -> Op:
+def _op(name: str, data: dict[str, Any], targets: dict[str, Target]) -> Op:
     where = f"conf/op/{name}.yaml"
-    spec = cast(OpFile, read_file(root, path))  # its keys are checked next; its values below
+    spec = cast(OpFile, data)  # its keys are checked next; its values below
     check_keys(where, dict(spec), OpFile)
     _require(where, spec, ["name", "family", "generator", "spec", "symbols", "targets", "groups"])
     if spec["name"] != name:
