@@ -22,9 +22,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from tqdm import tqdm
-from tqdm.contrib.logging import logging_redirect_tqdm
-
 from farm.core.errors import FarmError
 
 INTERVAL_ENV = "FARM_PROGRESS_INTERVAL_S"
@@ -171,6 +168,10 @@ class BuildProgress:
         if not log.isEnabledFor(logging.INFO):  # -q: warnings and errors only
             return self
         if _is_terminal(self.file):
+            # Imported only for a terminal: tqdm's logging bridge loads asyncio, ~0.1 s of every build's start.
+            from tqdm import tqdm
+            from tqdm.contrib.logging import logging_redirect_tqdm
+
             self.bar = tqdm(total=self.total, desc=self.phase, unit="obj", file=self.file)
             # Log records (a FAILED row, notes) print above the bar instead of through it.
             self._stack.enter_context(logging_redirect_tqdm(loggers=[logging.getLogger("farm")]))
