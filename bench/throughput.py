@@ -12,8 +12,9 @@
 (b) fresh:      one fresh interpreter per row (`python -m farm.worker.zygote --fresh`), one per core at a
     time: how `make -j` over per-kernel compile commands works;
 (c) farm:       `farm build` on the defaults (run the bench with CI unset: CI=true turns auto-start off),
-    into a fresh outputs directory, twice: first the warm-up build (it may start the standing cluster's
-    daemon; printed, not used in the ratios), then the measured build of the same rows. The output says
+    twice: first the warm-up build into a fresh outputs directory (it may start the standing cluster's
+    daemon; printed, not used in the ratios), then the measured build: the same command again, its
+    outputs and reports removed first, as a user regenerates them. The output says
     which cluster each ran on. A daemon the bench's builds started is stopped at the end
     (`farm cluster down`); one that was up before the bench is used and left up. A build refused because
     farm/ was edited while it ran is run once more (bench/farm_way.py).
@@ -41,7 +42,7 @@ import tempfile
 from pathlib import Path
 
 import phase_table
-from farm_way import FarmRun, auto_start_note, default_path, farm_build, file_name
+from farm_way import FarmRun, again, auto_start_note, default_path, farm_build, file_name
 from ways import WayRun, way_fresh, way_sequential
 
 from farm.table import config as config_mod
@@ -120,13 +121,13 @@ def main(argv: list[str]) -> int:
         fresh = way_fresh(cfg, rows, work / "fresh", cores)
         _print_way("fresh", fresh, len(rows))
         with default_path(cfg.root) as was_up:
-            warm = farm_build(overrides, rows, work / "farm-warmup", cfg.root)
+            warm = farm_build(overrides, rows, work / "farm", cfg.root)
             _print_way("farm warm-up", warm, len(rows), f"  on the {warm.cluster} cluster"
                        + (" (already up before the bench)" if was_up and warm.cluster == "standing" else "")
                        + "; not in the ratios")
             before = way_sequential(cfg, rows, work / "sequential", cores)
             _print_way("sequential", before, len(rows), "  right before the measured farm build")
-            farm = farm_build(overrides, rows, work / "farm", cfg.root)
+            farm = again(overrides, rows, work / "farm", cfg.root)
             _print_way("farm", farm, len(rows), f"  on the {farm.cluster} cluster; measured")
             after = way_sequential(cfg, rows, work / "sequential-after", cores)
             _print_way("sequential", after, len(rows), "  right after it")

@@ -66,3 +66,23 @@ def test_golden_digests_are_read_for_the_bench_rows_only(tmp_path: Path) -> None
         "aa  op/gfx942/one.hsaco\nbb  op/gfx942/manifest.json\ncc  op/gfx942/two.hsaco\n")
     row = Row(op="op", target="gfx942", name="one", group="g", knobs={}, allow={})
     assert throughput._golden(tmp_path, [row]) == {"op__gfx942__one.hsaco": "aa"}
+
+
+def test_the_measured_build_is_the_warm_up_s_command_again_from_nothing(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import farm_way  # noqa: PLC0415  (bench/ is on the path only once this module set it)
+
+    work = tmp_path / "farm"
+    seen: list[tuple[list[str], Path, bool]] = []
+
+    def build(overrides: list[str], rows: list[Row], where: Path, root: Path, extra: tuple[str, ...]) -> FarmRun:
+        seen.append((overrides, where, (where / "outputs").exists() or (where / "reports").exists()))
+        for made in ("outputs/op/t", "reports"):
+            (where / made).mkdir(parents=True, exist_ok=True)
+        (where / "outputs/op/t/r.hsaco").write_bytes(b"object")
+        return _farm(1.0, [0.1])
+
+    monkeypatch.setattr(farm_way, "_farm_build", build)
+    farm_way.farm_build(["ops=[op]"], [], work, tmp_path)
+    farm_way.again(["ops=[op]"], [], work, tmp_path)
+    assert seen == [(["ops=[op]"], work, False), (["ops=[op]"], work, False)]
