@@ -161,6 +161,15 @@ def test_an_interpolation_is_never_kept(project: Path, composes: list, monkeypat
     assert entries() == [] and len(composes) == 2
 
 
+def test_a_hydra_search_path_is_never_kept(project: Path, composes: list) -> None:
+    (project / "more-conf").mkdir()
+    config_mod.load(project, [*SELECTION, f"hydra.searchpath=[file://{project / 'more-conf'}]"])
+    edit(project / "conf/config.yaml", "report_keep: 20", "report_keep: 20\nhydra:\n  searchpath: []")
+    config_mod.load(project, SELECTION)
+    config_mod.load(project, SELECTION)
+    assert entries() == [] and len(composes) == 3
+
+
 def test_a_failed_compose_is_not_kept_and_a_failed_check_fails_again(project: Path, composes: list) -> None:
     for _ in range(2):
         with pytest.raises(FarmError, match="unknown option 'tragets'"):

@@ -8,9 +8,10 @@ of all of those (`key_for`) and used again only when every one of those bytes is
 
 What is read back is data, never trusted for more than its shape: an entry that is not exactly the shape
 written (`lookup`) is ignored and the config is composed again, and a used entry goes through the same
-checks as a fresh compose (farm/table/config.py `load`). A config with an interpolation (`${...}`) in any
-conf/ file or override is never kept: its value can depend on more than the files (an environment
-variable, the clock). Errors are never kept: a compose that fails raises before anything is written.
+checks as a fresh compose (farm/table/config.py `load`). A config with an interpolation (`${...}`) or a
+Hydra search path (`searchpath`) in any conf/ file or override is never kept: its value can depend on
+more than the files under conf/ (an environment variable, the clock, another config folder). Errors are
+never kept: a compose that fails raises before anything is written.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from farm.core.private import private_dir, read_private_text, write_private_text
 
 FORMAT = "farm composed config 1"
 KEEP = 64  # entries kept (each a few kB); older ones go when a new one is written
-INTERPOLATION = "${"
+# An interpolation can read the environment or the clock; a search path adds config folders outside conf/.
+BEYOND_CONF = ("${", "searchpath")
 # The libraries whose code decides the composed data: Hydra composes, OmegaConf and PyYAML read YAML,
 # ANTLR parses the overrides; `hydra_plugins` would add config sources to Hydra's search path.
 LIBRARIES = ("hydra", "omegaconf", "yaml", "antlr4", "hydra_plugins")
@@ -50,7 +52,7 @@ class Composed:
 
 def key_for(root: Path, overrides: list[str]) -> str | None:
     """The digest of everything the composed config depends on; None when it may depend on more."""
-    if any(INTERPOLATION in text for text in overrides):
+    if any(word in text for text in overrides for word in BEYOND_CONF):
         return None
     digest = hashlib.sha256()
 
@@ -61,7 +63,7 @@ def key_for(root: Path, overrides: list[str]) -> str | None:
     conf = root / "conf"
     for path in _files_under(conf):
         data = path.read_bytes()
-        if INTERPOLATION.encode() in data:
+        if any(word.encode() in data for word in BEYOND_CONF):
             return None
         feed("conf", path.relative_to(conf), hashlib.sha256(data).hexdigest())
     for code in FARM_CODE:
