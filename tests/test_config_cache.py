@@ -185,6 +185,18 @@ def test_a_failed_compose_is_not_kept_and_a_failed_check_fails_again(project: Pa
     assert config_mod.load(project, SELECTION).targets["gfx942"].wave_size == 64
 
 
+def test_a_planted_cache_directory_is_neither_used_nor_written_through(project: Path, tmp_path: Path,
+                                                                       composes: list) -> None:
+    mine = Path(tempfile.gettempdir()) / f"farm-{os.getuid()}"
+    mine.mkdir(mode=0o700)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (mine / "config-cache").symlink_to(elsewhere)
+    first = config_mod.load(project, SELECTION)
+    assert config_mod.load(project, SELECTION) == first
+    assert len(composes) == 2 and list(elsewhere.iterdir()) == []
+
+
 def test_only_the_newest_entries_are_kept(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(config_cache, "KEEP", 3)
     folder = config_cache.private_dir("config-cache")

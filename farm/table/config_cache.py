@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from farm.core.errors import FarmError
 from farm.core.private import private_dir, read_private_text, write_private_text
 
 FORMAT = "farm composed config 1"
@@ -102,15 +103,21 @@ def _installed(module: str) -> tuple[str, ...]:
     return tuple(stamps) or ("no origin",)
 
 
-def _entry(key: str) -> Path:
+def _entry(key: str) -> Path | None:
+    """The entry's path; None when the private directory is not this user's own (a planted symlink, another
+    owner): the cache is then not used at all, and the commands that need that directory say why."""
     if not _ENTRY.fullmatch(f"{key}.json"):
         raise ValueError(f"not a config cache key: {key!r}")
-    return private_dir("config-cache") / f"{key}.json"
+    try:
+        return private_dir("config-cache") / f"{key}.json"
+    except FarmError:
+        return None
 
 
 def lookup(key: str) -> Composed | None:
     """The kept config for `key`; None when there is none or the entry is not exactly what `keep` writes."""
-    text = read_private_text(_entry(key))
+    path = _entry(key)
+    text = read_private_text(path) if path is not None else None
     if text is None:
         return None
     try:
@@ -144,8 +151,10 @@ def encode(key: str, composed: Composed) -> str | None:
 def keep(key: str, text: str) -> None:
     """Write the entry (atomically: a reader sees the old one or the new one) and drop the oldest beyond KEEP.
     The cache only saves time: failing to write it is not an error."""
+    path = _entry(key)
+    if path is None:
+        return
     try:
-        path = _entry(key)
         write_private_text(path, text)
         _prune(path.parent)
     except OSError:
