@@ -33,6 +33,9 @@ from farm.table.values import (
     selection,
 )
 
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
 __all__ = ["AUDIT_VARIATIONS", "SAFE_NAME", "FarmConfig", "Group", "Op", "Target", "Tuning", "compose",
            "find_project_root", "load"]
 
@@ -71,10 +74,6 @@ def find_project_root(start: Path | None = None) -> Path:
             return candidate
     raise FarmError(f"no farm project found at or above {here} (no conf/config.yaml)",
                     "run farm inside a checkout of the farm, or set FARM_PROJECT")
-
-
-if TYPE_CHECKING:
-    from omegaconf import DictConfig
 
 
 def compose(root: Path, overrides: list[str]) -> DictConfig:

@@ -68,22 +68,21 @@ def read_tables(root: Path) -> Tables:
     return {where: read_file(root, path) for where, path in table_files(root).items()}
 
 
-def load_targets(root: Path, tables: Tables | None = None) -> dict[str, Target]:
-    """The targets, from `tables` (read_tables; read now when None), each file checked."""
+def load_targets(root: Path, tables: Tables) -> dict[str, Target]:
+    """The targets, from `tables` (read_tables), each file checked."""
     found = discover(root, "target")
     return {name: _target(name, _data(root, tables, "target", name, path)) for name, path in found.items()}
 
 
-def load_ops(root: Path, targets: dict[str, Target], tables: Tables | None = None) -> dict[str, Op]:
+def load_ops(root: Path, targets: dict[str, Target], tables: Tables) -> dict[str, Op]:
     found = discover(root, "op")
     return {name: _op(name, _data(root, tables, "op", name, path), targets) for name, path in found.items()}
 
 
-def _data(root: Path, tables: Tables | None, kind: str, name: str, path: Path) -> dict[str, Any]:
+def _data(root: Path, tables: Tables, kind: str, name: str, path: Path) -> dict[str, Any]:
+    """The file's data from `tables`; a file that appeared since they were read is read now."""
     where = f"conf/{kind}/{name}.yaml"
-    if tables is None or where not in tables:
-        return read_file(root, path)
-    return dict(tables[where])
+    return dict(tables[where]) if where in tables else read_file(root, path)
 
 
 def _require(where: str, spec: Mapping[str, object], keys: list[str]) -> None:
