@@ -114,6 +114,13 @@ def write_lld19_toolchain(project: Path, name: str) -> None:
 
 
 
+def edit(path: Path, old: str, new: str) -> None:
+    """Replace the first `old` in the file with `new`; `old` must be there."""
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+
+
 def last_line(text: str) -> str:
     return text.strip().splitlines()[-1]
 

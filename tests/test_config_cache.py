@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, edit
 
 from farm.core.errors import FarmError
 from farm.table import config as config_mod
@@ -48,12 +48,6 @@ def composes(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 def entries() -> list[Path]:
     folder = Path(tempfile.gettempdir()) / f"farm-{os.getuid()}" / "config-cache"
     return sorted(folder.glob("*.json")) if folder.is_dir() else []
-
-
-def edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text()
-    assert old in text, f"{old!r} not in {path}"
-    path.write_text(text.replace(old, new, 1))
 
 
 def test_a_second_load_uses_the_kept_config_and_gives_the_same_config(project: Path, composes: list) -> None:

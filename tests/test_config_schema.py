@@ -10,7 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import REPO, run_farm, small_copy
+from conftest import REPO, edit, run_farm, small_copy
 
 from farm.accept.verify import problems
 from farm.core.errors import FarmError
@@ -23,12 +23,6 @@ def conf_only(tmp_path: Path) -> Path:
     """A project holding only conf/ (loading the config reads nothing else)."""
     shutil.copytree(REPO / "conf", tmp_path / "conf")
     return tmp_path
-
-
-def edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text()
-    assert old in text, f"{old!r} not in {path}"
-    path.write_text(text.replace(old, new, 1))
 
 
 def load_error(project: Path, *overrides: str) -> str:

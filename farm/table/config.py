@@ -126,9 +126,8 @@ def _composed(root: Path, overrides: list[str]) -> Composed:
     assert isinstance(top, dict)
     _check_top(top, choices)
     composed = Composed(top=top, choices=choices, files=read_tables(root))
-    text = config_cache.encode(key, composed) if key else None
-    if key and text is not None:
-        config_cache.keep(key, text)
+    if key:
+        config_cache.keep(key, composed)
     return composed
 
 
@@ -161,8 +160,8 @@ def load(root: Path, overrides: list[str]) -> FarmConfig:
     """Compose and validate: unknown targets, ops, bad values or malformed tables fail here, before any compile."""
     composed = _composed(root, overrides)
     raw = dict(composed.top)
-    targets = load_targets(root, composed.files)
-    ops = load_ops(root, targets, composed.files)
+    targets = load_targets(composed.files)
+    ops = load_ops(targets, composed.files)
     if not ops or not targets:
         raise FarmError(f"no {'op' if not ops else 'target'} files under conf/{'op' if not ops else 'target'}/",
                         "add one file per op (conf/op/NAME.yaml) and per target (conf/target/NAME.yaml)")

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from farm.core.canonical import sha256_bytes
 from farm.core.errors import FarmError
 from farm.core.private import private_dir, read_private_text, write_private_text
 
@@ -66,10 +67,10 @@ def key_for(root: Path, overrides: list[str]) -> str | None:
         data = path.read_bytes()
         if any(word.encode() in data for word in BEYOND_CONF):
             return None
-        feed("conf", path.relative_to(conf), hashlib.sha256(data).hexdigest())
+        feed("conf", path.relative_to(conf), sha256_bytes(data))
     for code in FARM_CODE:
         for path in sorted(code.glob("*.py")) if code.is_dir() else [code]:
-            feed("code", path.name, hashlib.sha256(path.read_bytes()).hexdigest())
+            feed("code", path.name, sha256_bytes(path.read_bytes()))
     for name in LIBRARIES:
         feed("library", name, *_installed(name))
     return digest.hexdigest()
@@ -137,7 +138,7 @@ def _str_keyed(value: object) -> bool:
     return isinstance(value, dict) and all(isinstance(k, str) for k in value)
 
 
-def encode(key: str, composed: Composed) -> str | None:
+def _encoded(key: str, composed: Composed) -> str | None:
     """The entry's text; None when JSON cannot hold the data exactly (a non-string key, NaN): not kept."""
     data = {"format": FORMAT, "key": key, "top": composed.top, "choices": composed.choices,
             "files": composed.files}
@@ -148,10 +149,12 @@ def encode(key: str, composed: Composed) -> str | None:
     return text if json.loads(text) == data else None
 
 
-def keep(key: str, text: str) -> None:
+def keep(key: str, composed: Composed) -> None:
     """Write the entry (atomically: a reader sees the old one or the new one) and drop the oldest beyond KEEP.
-    The cache only saves time: failing to write it is not an error."""
-    path = _entry(key)
+    Called before `load` checks the data, so what is kept is what Hydra and OmegaConf gave. The cache only
+    saves time: failing to write it is not an error."""
+    text = _encoded(key, composed)
+    path = _entry(key) if text is not None else None
     if path is None:
         return
     try:

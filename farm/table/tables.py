@@ -68,21 +68,20 @@ def read_tables(root: Path) -> Tables:
     return {where: read_file(root, path) for where, path in table_files(root).items()}
 
 
-def load_targets(root: Path, tables: Tables) -> dict[str, Target]:
-    """The targets, from `tables` (read_tables), each file checked."""
-    found = discover(root, "target")
-    return {name: _target(name, _data(root, tables, "target", name, path)) for name, path in found.items()}
+def load_targets(tables: Tables) -> dict[str, Target]:
+    """The targets in `tables` (read_tables), each file checked."""
+    return {name: _target(name, data) for name, data in _of_kind(tables, "target")}
 
 
-def load_ops(root: Path, targets: dict[str, Target], tables: Tables) -> dict[str, Op]:
-    found = discover(root, "op")
-    return {name: _op(name, _data(root, tables, "op", name, path), targets) for name, path in found.items()}
+def load_ops(targets: dict[str, Target], tables: Tables) -> dict[str, Op]:
+    return {name: _op(name, data, targets) for name, data in _of_kind(tables, "op")}
 
 
-def _data(root: Path, tables: Tables, kind: str, name: str, path: Path) -> dict[str, Any]:
-    """The file's data from `tables`; a file that appeared since they were read is read now."""
-    where = f"conf/{kind}/{name}.yaml"
-    return dict(tables[where]) if where in tables else read_file(root, path)
+def _of_kind(tables: Tables, kind: str) -> list[tuple[str, dict[str, Any]]]:
+    """(name, data) of every `kind` file in `tables`, in file name order (as `discover` lists them)."""
+    prefix, suffix = f"conf/{kind}/", ".yaml"
+    return [(where[len(prefix):-len(suffix)], data) for where, data in sorted(tables.items())
+            if where.startswith(prefix) and where.endswith(suffix)]
 
 
 def _require(where: str, spec: Mapping[str, object], keys: list[str]) -> None:

@@ -102,7 +102,6 @@ def _run(entry: DisassemblerPin | None, mcpu: str, files: Sequence[Path], timeou
     return _Listing(proc.returncode, proc.stderr, counts)
 
 
-
 def _parse_apart(listed: BinaryIO, files: Sequence[Path]) -> dict[Path, Functions] | None:
     """`parse_listing` run in a child Python on the listing file; None when the child gave no valid
     answer (the caller then parses in this process, so a broken child costs time, never a result)."""
