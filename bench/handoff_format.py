@@ -68,7 +68,7 @@ def _measure(text: str, fragment: str) -> dict[str, float | bool]:
 
 
 def child(jobs_file: str) -> int:
-    from farm.worker import flydsl_compat, zygote
+    from farm.worker import flydsl_compat, flydsl_mlir, zygote
     from farm.worker.phases import Timeline
 
     jobs = probe_rows.read_jobs(jobs_file)
@@ -77,7 +77,7 @@ def child(jobs_file: str) -> int:
 
     def capture(text: str, fragment: str) -> str:
         captured.append((text, fragment))
-        return flydsl_compat.run_binary_pass(text, f"builtin.module({fragment})", Timeline())
+        return flydsl_mlir.run_binary_pass(text, f"builtin.module({fragment})", Timeline())
 
     flydsl_compat.use_external_codegen(capture)
     for job in jobs:

@@ -4,6 +4,7 @@ head-dim-128 objects reproducible: before, one row gave a second variant in 2-17
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -111,3 +112,44 @@ def test_a_fork_does_not_wait_for_the_last_child_still_exiting() -> None:
     with pytest.raises(ProcessLookupError):
         os.kill(exiting.pid, 0)
     forking._reap_exiting()  # the forks of this test: gone by now or soon
+
+
+def test_the_codegen_server_holds_the_mlir_bindings_without_flydsl_s_package_or_torch(tmp_path: Path) -> None:
+    """Every row forks the codegen server: it loads FlyDSL's MLIR library but not torch (farm/worker/flydsl_mlir.py),
+    and still compiles (its fork's codegen of a bad module fails in the pass, not at import)."""
+    sock = tmp_path / "binary.sock"
+    server = subprocess.Popen([sys.executable, "-m", "farm.worker.binary_step", "--serve", str(sock)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=tmp_path)
+    try:
+        assert server.stdout is not None and server.stdout.readline()
+        libraries = {Path(line.split()[-1]).name for line in Path(f"/proc/{server.pid}/maps").read_text().splitlines()
+                     if len(line.split()) > 5}
+        assert any(name.startswith("libFlyPythonCAPI") for name in libraries)
+        assert not [name for name in libraries if "torch" in name], sorted(libraries)
+    finally:
+        server.kill()
+    probe = ("import sys; from farm.worker import flydsl_mlir; flydsl_mlir.new_context(); "
+             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch' "
+             "or m in ('flydsl.compiler', 'flydsl.expr')))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
+    assert loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr
+
+
+def test_every_farm_file_the_codegen_process_runs_is_in_the_row_s_generator_record(
+        problem_row: tuple[CompileRequest, dict], tmp_path: Path) -> None:
+    """A row is stale when the code that made its bytes changes: the codegen process's code included, though
+    the record is taken in the compile process (farm_code.py)."""
+    request, sources = problem_row
+    result = isolate.compile_isolated(request, sources, 600, None)
+    _sha(result)
+    job = tmp_path / "binary-job.json"
+    job.write_text(json.dumps({"input": str(tmp_path / "in.mlir"), "output": str(tmp_path / "out.mlir"),
+                               "fragment": "gpu-module-to-binary", "log": str(tmp_path / "log")}))
+    (tmp_path / "in.mlir").write_text("not.a.valid.module")
+    probe = ("import json, sys\nfrom farm.worker import binary_step\ntry:\n    binary_step.main([sys.argv[1]])\n"
+             "except Exception:\n    pass\nfrom farm.worker import farm_code\n"
+             "print(json.dumps(sorted(farm_code.loaded_farm_files())))")
+    ran = subprocess.run([sys.executable, "-c", probe, str(job)], capture_output=True, text=True, cwd=REPO)
+    loaded = set(json.loads(ran.stdout))
+    assert "worker/flydsl_mlir.py" in loaded and "worker/binary_step.py" in loaded, ran.stdout + ran.stderr
+    assert loaded - {"worker/farm_code.py"} <= set(result.generator), sorted(loaded - set(result.generator))

@@ -10,8 +10,8 @@ process that had done nothing else, gave one output every time (measured: 40 fre
 
 So the compile process stops before `gpu-module-to-binary`, prints the module, and this step parses
 it and runs that one pass in a process whose whole history is the same for every row: a fork of a
-server that only imported FlyDSL's compiler (`serve`; it never traces a kernel), or a fresh
-interpreter (`main`).
+server that only imported FlyDSL's MLIR bindings (`serve`; it never traces a kernel, and it loads
+neither FlyDSL's package nor torch: farm/worker/flydsl_mlir.py), or a fresh interpreter (`main`).
 The compile process reaches this step from FlyDSL's external-codegen mode (FLYDSL_COMPILE_LLVM_DIR set:
 FlyDSL stops before the binary pass), through the farm's binary step (farm/worker/flydsl_compat.py
 `use_external_codegen`): it prints the gpu.module as FlyDSL's own external step would, and
@@ -35,6 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from farm.toolchain.linker import LINK_TIMES_ENV
+
+# At the top, though only the codegen process uses it: every compile process loads this module, and a row's
+# generator record is the farm code its compile process loaded (farm_code.py), so an edit to the codegen
+# step's own code makes the row stale. Importing it loads no FlyDSL (that waits for the first codegen).
+from farm.worker import flydsl_mlir
 from farm.worker.forking import run_forked
 from farm.worker.phases import CODEGEN_FILE, LINK_FILE, PHASES_DIR_ENV, Timeline
 
@@ -59,12 +64,8 @@ _SERVER_CONTEXT: list[Any] = []
 
 def codegen(module_text: str, fragment: str, timeline: Timeline) -> str:
     """Parse `module_text`, run the binary fragment, return the module (now holding gpu.binary) as text."""
-    # Imported here, not at the top: the worker (isolate.py) imports this module for its names, and must
-    # not load FlyDSL.
-    from farm.worker import flydsl_compat
-
     context = _SERVER_CONTEXT[0] if _SERVER_CONTEXT else None
-    return flydsl_compat.run_binary_pass(module_text, f"builtin.module({fragment})", timeline, context)
+    return flydsl_mlir.run_binary_pass(module_text, f"builtin.module({fragment})", timeline, context)
 
 
 def _job_files(work: Path) -> tuple[Path, Path, Path, Path]:
@@ -139,9 +140,8 @@ def serve(socket_path: str) -> None:
     """The binary server: import the MLIR bindings once, then fork one child per job. Each child starts
     from the same state, so codegen sees the same process history for every row. Ends when its
     parent (the worker) closes stdin."""
-    from farm.worker import flydsl_compat  # the MLIR bindings, imported once for every child
-
-    _SERVER_CONTEXT.append(flydsl_compat.new_context())  # only made: nothing is parsed or compiled in it here
+    # The MLIR bindings (not torch), loaded once for every child.
+    _SERVER_CONTEXT.append(flydsl_mlir.new_context())  # only made: nothing is parsed or compiled in it here
     gc.collect()
     gc.freeze()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

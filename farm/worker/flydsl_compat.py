@@ -1,4 +1,5 @@
-"""Every way the farm reaches into FlyDSL (flydsl==0.3.4), in one place.
+"""Every way the farm reaches into FlyDSL (flydsl==0.3.4), in one place, but for the LLVM codegen process's:
+that one loads only FlyDSL's MLIR bindings, without its package and torch (farm/worker/flydsl_mlir.py).
 
 Public faces first: the farm's pipeline changes are a compile backend registered through FlyDSL's backend
 registry (`register_backend`), and FlyDSL's external-codegen mode (FLYDSL_COMPILE_LLVM_DIR set) stops its
@@ -43,7 +44,7 @@ from flydsl.compiler.backends.rocm import RocmBackend
 from flydsl.compiler.jit_function import _create_mlir_context
 from flydsl.utils import env as flydsl_env
 
-from farm.worker.phases import COMPILE, Timeline
+from farm.worker.phases import COMPILE
 
 # The farm's backend takes the built-in ROCm backend's name: FlyDSL's extension libraries (flydsl.extension,
 # e.g. coop reductions) pick their ROCm implementations by backend name, so under any other name a kernel
@@ -186,11 +187,6 @@ def mlir_context() -> Iterator[Any]:
         yield context
 
 
-def new_context() -> Any:
-    """A context as FlyDSL makes one (not entered)."""
-    return _create_mlir_context()
-
-
 def use_premade_context() -> None:
     """Make the context FlyDSL's next compile in this process asks for now, and hand it that one; any later
     ask gets a new context as usual. The warm server calls it before it forks: each child then starts with
@@ -206,18 +202,6 @@ def use_premade_context() -> None:
     # PRIVATE: FlyDSL's compile looks `_create_mlir_context` up in its module at each compile; a public
     # context factory (or a context argument) would replace the assignment.
     flydsl.compiler.jit_function._create_mlir_context = next_context
-
-
-def run_binary_pass(module_text: str, pipeline: str, timeline: Timeline, context: Any = None) -> str:
-    """Parse `module_text`, run `pipeline` (the binary pass), return the module (holding gpu.binary) as text.
-    `timeline` notes the pass itself as codegen (its parse and print are the hand-off's). In `context`
-    (made by `new_context`, still unused), else in a new one."""
-    with context if context is not None else mlir_context():
-        module = ir.Module.parse(module_text)
-        timeline.switch("codegen")
-        PassManager.parse(pipeline).run(module.operation)
-        timeline.switch("handoff")
-        return module.operation.get_asm()
 
 
 def elf_from_compiled(launcher: Any) -> bytes:

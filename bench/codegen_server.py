@@ -1,0 +1,154 @@
+"""What a fork of the codegen server costs when it holds only FlyDSL's MLIR bindings (the farm's way,
+farm/worker/flydsl_mlir.py) against FlyDSL whole (its package imports torch), in one run, interleaved.
+
+    python bench/codegen_server.py [--rows 4] [--forks 10] [--rounds 2] [farm selection overrides]
+
+The rows' gpu.modules are captured as a farm compile hands them over (FlyDSL stopped before the binary pass,
+in the farm's compile environment). Then, per round and way, a server process imports that way, makes one
+unused MLIR context and forks one child per codegen (`--forks` per module), each parsing the module in that
+context and running the binary pass, as the farm's codegen server does. Prints per way the server's memory,
+its start, and per fork: wall time (fork to reaped), the child's user and system CPU, the server's own
+system CPU (the fork and the child's exit), and the child's minor page faults; and whether both ways gave
+the same module text for every row.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+WAYS = ("bindings", "flydsl")
+KEYS = ("wall_ms", "child_user_ms", "child_sys_ms", "server_sys_ms", "child_minflt")
+
+
+def _server(way: str, modules_file: str, forks: int) -> int:
+    """One server of `way`: import, one context, then `forks` forked codegens per module; JSON on stdout."""
+    started = time.perf_counter()
+    if way == "flydsl":
+        import flydsl.compiler  # noqa: F401  (FlyDSL whole: its package, torch)
+    from farm.worker import flydsl_mlir
+    from farm.worker.phases import Timeline
+
+    context = flydsl_mlir.new_context()
+    imported = time.perf_counter() - started
+    memory = {line.split(":")[0]: int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+              if line.startswith(("VmRSS", "RssAnon"))}
+    modules = json.loads(Path(modules_file).read_text())
+    gc.collect()
+    gc.freeze()
+    samples, outputs = [], []
+    for text, fragment in modules:
+        for _ in range(forks):
+            read, write = os.pipe()
+            children, own = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
+            began = time.perf_counter()
+            pid = os.fork()
+            if pid == 0:
+                gc.disable()
+                out = flydsl_mlir.run_binary_pass(text, f"builtin.module({fragment})", Timeline(), context)
+                os.write(write, hashlib.sha256(out.encode()).hexdigest().encode())
+                os._exit(0)
+            os.close(write)
+            digest = os.read(read, 64).decode()
+            os.close(read)
+            os.waitpid(pid, 0)
+            ended = time.perf_counter()
+            after, own_after = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
+            samples.append({"wall_ms": (ended - began) * 1e3,
+                            "child_user_ms": (after.ru_utime - children.ru_utime) * 1e3,
+                            "child_sys_ms": (after.ru_stime - children.ru_stime) * 1e3,
+                            "server_sys_ms": (own_after.ru_stime - own.ru_stime) * 1e3,
+                            "child_minflt": after.ru_minflt - children.ru_minflt})
+        outputs.append(digest)
+    print(json.dumps({"import_s": imported, "memory_kib": memory, "samples": samples, "outputs": outputs}))
+    return 0
+
+
+def _capture(jobs_file: str) -> list[tuple[str, str]]:
+    """The rows' gpu.modules as the farm's compile process hands them to codegen."""
+    import importlib
+
+    import probe_rows
+
+    from farm.worker import flydsl_compat, zygote
+
+    jobs = probe_rows.read_jobs(jobs_file)
+    zygote.preload()
+    captured: list[tuple[str, str]] = []
+
+    def capture(text: str, fragment: str) -> str:
+        captured.append((text, fragment))
+        from farm.worker import flydsl_mlir
+        from farm.worker.phases import Timeline
+
+        return flydsl_mlir.run_binary_pass(text, f"builtin.module({fragment})", Timeline())
+
+    flydsl_compat.use_external_codegen(capture)
+    for job in jobs:
+        flydsl_compat.use_farm_backend(job.request.target.mlir_chipset)
+        generator = importlib.import_module(job.request.generator)
+        launcher, args = generator.launcher_and_args(dict(job.request.knobs))
+        launcher(*args)
+        flydsl_compat.elf_from_compiled(launcher)
+    return captured
+
+
+def child(jobs_file: str, forks: int, rounds: int) -> int:
+    modules = Path("codegen-modules.json")
+    capture = subprocess.run([sys.executable, __file__, "--capture", jobs_file, str(modules)])
+    if capture.returncode:
+        return capture.returncode
+    found: dict[str, list[dict]] = {way: [] for way in WAYS}
+    for _ in range(rounds):
+        for way in WAYS:
+            ran = subprocess.run([sys.executable, __file__, "--serve", way, str(modules), str(forks)],
+                                 capture_output=True, text=True)
+            if ran.returncode:
+                print(ran.stderr[-3000:])
+                return ran.returncode
+            found[way].append(json.loads(ran.stdout))
+    print(f"  {'way':9}{'RSS MiB':>9}{'anon MiB':>9}{'start s':>8}" + "".join(f"{k:>15}" for k in KEYS)
+          + "   (median per fork)")
+    for way, runs in found.items():
+        samples = [s for run in runs for s in run["samples"]]
+        memory = runs[-1]["memory_kib"]
+        print(f"  {way:9}{memory['VmRSS'] / 1024:9.0f}{memory['RssAnon'] / 1024:9.0f}"
+              f"{statistics.median(r['import_s'] for r in runs):8.2f}"
+              + "".join(f"{statistics.median(s[k] for s in samples):15.1f}" for k in KEYS))
+    outputs = {tuple(run["outputs"]) for runs in found.values() for run in runs}
+    same = len(outputs) == 1
+    print(f"  codegen output: {'the same module text for every row, way and round' if same else 'DIFFERS'}")
+    return 0 if same else 1
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--serve"]:
+        return _server(argv[1], argv[2], int(argv[3]))
+    if argv[:1] == ["--capture"]:
+        Path(argv[2]).write_text(json.dumps(_capture(argv[1])))
+        return 0
+    if argv[:1] == ["--child"]:
+        return child(argv[1], int(argv[2]), int(argv[3]))
+    import probe_rows
+
+    args = probe_rows.parse(argv, default_rows=4)
+    settings = {"--forks": "10", "--rounds": "2"}
+    for flag in settings:
+        if flag in args.rest:
+            at = args.rest.index(flag)
+            settings[flag] = args.rest[at + 1]
+            del args.rest[at:at + 2]
+    return probe_rows.run_child(Path(__file__).resolve(), args, args.rest,
+                                [settings["--forks"], settings["--rounds"]])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
