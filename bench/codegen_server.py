@@ -127,35 +127,6 @@ def _server(way: str, modules_file: str, forks: int) -> int:
     return 0
 
 
-def _capture(jobs_file: str) -> list[tuple[str, str]]:
-    """The rows' gpu.modules as the farm's compile process hands them to codegen."""
-    import importlib
-
-    import probe_rows
-
-    from farm.worker import flydsl_compat, zygote
-
-    jobs = probe_rows.read_jobs(jobs_file)
-    zygote.preload()
-    captured: list[tuple[str, str]] = []
-
-    def capture(text: str, fragment: str) -> str:
-        captured.append((text, fragment))
-        from farm.worker import flydsl_mlir
-        from farm.worker.phases import Timeline
-
-        return flydsl_mlir.run_binary_pass(text, f"builtin.module({fragment})", Timeline())
-
-    flydsl_compat.use_external_codegen(capture)
-    for job in jobs:
-        flydsl_compat.use_farm_backend(job.request.target.mlir_chipset)
-        generator = importlib.import_module(job.request.generator)
-        launcher, args = generator.launcher_and_args(dict(job.request.knobs))
-        launcher(*args)
-        flydsl_compat.elf_from_compiled(launcher)
-    return captured
-
-
 def child(jobs_file: str, forks: int, rounds: int) -> int:
     modules = Path("codegen-modules.json")
     capture = subprocess.run([sys.executable, __file__, "--capture", jobs_file, str(modules)])
@@ -188,7 +159,9 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--serve"]:
         return _server(argv[1], argv[2], int(argv[3]))
     if argv[:1] == ["--capture"]:
-        Path(argv[2]).write_text(json.dumps(_capture(argv[1])))
+        import probe_rows
+
+        Path(argv[2]).write_text(json.dumps(probe_rows.captured_handoffs(argv[1])))
         return 0
     if argv[:1] == ["--child"]:
         return child(argv[1], int(argv[2]), int(argv[3]))

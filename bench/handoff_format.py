@@ -12,7 +12,6 @@ holding gpu.binary) is printed and parsed both ways too. Prints the mean millise
 
 from __future__ import annotations
 
-import importlib
 import io
 import statistics
 import sys
@@ -68,24 +67,7 @@ def _measure(text: str, fragment: str) -> dict[str, float | bool]:
 
 
 def child(jobs_file: str) -> int:
-    from farm.worker import flydsl_compat, flydsl_mlir, zygote
-    from farm.worker.phases import Timeline
-
-    jobs = probe_rows.read_jobs(jobs_file)
-    zygote.preload()
-    captured: list[tuple[str, str]] = []
-
-    def capture(text: str, fragment: str) -> str:
-        captured.append((text, fragment))
-        return flydsl_mlir.run_binary_pass(text, f"builtin.module({fragment})", Timeline())
-
-    flydsl_compat.use_external_codegen(capture)
-    for job in jobs:
-        flydsl_compat.use_farm_backend(job.request.target.mlir_chipset)
-        generator = importlib.import_module(job.request.generator)
-        launcher, args = generator.launcher_and_args(dict(job.request.knobs))
-        launcher(*args)
-        flydsl_compat.elf_from_compiled(launcher)
+    captured = probe_rows.captured_handoffs(jobs_file)
     rows = [_measure(text, fragment) for text, fragment in captured]
     print(f"  module: text {statistics.mean(r['text_kb'] for r in rows):.1f} kB, "
           f"bytecode {statistics.mean(r['bytecode_kb'] for r in rows):.1f} kB (mean)")

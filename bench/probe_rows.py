@@ -1,5 +1,6 @@
-"""Shared by bench/fork_tax.py and bench/handoff_format.py: a few rows of a selection as compile jobs, and
-a child interpreter that runs a probe on them in the farm's own compile environment.
+"""Shared by bench/fork_tax.py, handoff_format.py and codegen_server.py: a few rows of a selection as compile
+jobs, a child interpreter that runs a probe on them in the farm's own compile environment, and the modules
+their compiles hand to codegen (`captured_handoffs`).
 
 `python bench/X.py [--rows N] [--env K=V ...] [farm selection overrides]` picks N rows spread over the
 selection, writes each one's CompileJob (sources read in place from kernels_src/) into a temporary
@@ -72,3 +73,29 @@ def read_jobs(path: str) -> list[CompileJob]:
     jobs = [CompileJob.read(Path(p)) for p in json.loads(Path(path).read_text())]
     sys.path.insert(0, jobs[0].kernels_root)
     return jobs
+
+
+def captured_handoffs(jobs_file: str) -> list[tuple[str, str]]:
+    """In the child: compile each job as a farm compile does, up to the hand-off to codegen, and return the
+    (module text, binary pass fragment) each one handed over (codegen then runs here, in a fresh context)."""
+    import importlib
+
+    from farm.worker import flydsl_compat, flydsl_mlir, zygote
+    from farm.worker.phases import Timeline
+
+    jobs = read_jobs(jobs_file)
+    zygote.preload()
+    captured: list[tuple[str, str]] = []
+
+    def capture(text: str, fragment: str) -> str:
+        captured.append((text, fragment))
+        return flydsl_mlir.run_binary_pass(text, f"builtin.module({fragment})", Timeline())
+
+    flydsl_compat.use_external_codegen(capture)
+    for job in jobs:
+        flydsl_compat.use_farm_backend(job.request.target.mlir_chipset)
+        generator = importlib.import_module(job.request.generator)
+        launcher, args = generator.launcher_and_args(dict(job.request.knobs))
+        launcher(*args)
+        flydsl_compat.elf_from_compiled(launcher)
+    return captured
