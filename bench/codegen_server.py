@@ -17,14 +17,16 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
-import os
 import resource
 import statistics
 import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+from in_fork import in_fork
 
 WAYS = ("bindings", "flydsl", "premapped")
 KEYS = ("wall_ms", "child_user_ms", "child_sys_ms", "server_sys_ms", "child_minflt", "child_file_mib")
@@ -65,18 +67,39 @@ def _present(maps: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return runs
 
 
+def _codegen(text: str, fragment: str, context: object, premap: list[tuple[int, int]],
+             madvise: Callable[[int, int, int], int] | None) -> dict:
+    """In the forked child: map `premap` ahead, run the binary pass; the output's digest, the file-backed
+    memory it mapped, and (`madvise` given, nothing premapped yet) which read-only file pages are mapped
+    after it."""
+    from farm.worker import flydsl_mlir  # loaded by the server already: no import work here
+    from farm.worker.phases import Timeline
+
+    for address, length in premap:
+        assert madvise is not None
+        madvise(address, length, MADV_POPULATE_READ)
+    file_before = _file_rss_kib()
+    out = flydsl_mlir.run_binary_pass(text, f"builtin.module({fragment})", Timeline(), context)
+    reply: dict = {"digest": hashlib.sha256(out.encode()).hexdigest(), "file_kib": _file_rss_kib() - file_before}
+    if madvise is not None and not premap:
+        reply["present"] = _present(_read_only_file_maps())
+    return reply
+
+
 def _server(way: str, modules_file: str, forks: int) -> int:
     """One server of `way`: import, one context, then `forks` forked codegens per module; JSON on stdout."""
     started = time.perf_counter()
+    madvise = None
     if way == "premapped":
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
         libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        madvise = libc.madvise
     if way == "flydsl":
         import flydsl.compiler  # noqa: F401  (FlyDSL whole: its package, torch)
     from farm.worker import flydsl_mlir
-    from farm.worker.phases import Timeline
+    from farm.worker.phases import Timeline  # noqa: F401  (for the children, loaded before they fork)
 
     context = flydsl_mlir.new_context()
     imported = time.perf_counter() - started
@@ -89,28 +112,10 @@ def _server(way: str, modules_file: str, forks: int) -> int:
     for text, fragment in modules:
         premap: list[tuple[int, int]] = []
         for _ in range(forks + (way == "premapped")):
-            read, write = os.pipe()
             children, own = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
             began = time.perf_counter()
-            pid = os.fork()
-            if pid == 0:
-                gc.disable()
-                for address, length in premap:
-                    libc.madvise(address, length, MADV_POPULATE_READ)
-                file_before = _file_rss_kib()
-                out = flydsl_mlir.run_binary_pass(text, f"builtin.module({fragment})", Timeline(), context)
-                reply = {"digest": hashlib.sha256(out.encode()).hexdigest(), "file_kib": _file_rss_kib() - file_before}
-                if way == "premapped" and not premap:
-                    reply["present"] = _present(_read_only_file_maps())
-                os.write(write, json.dumps(reply).encode())
-                os._exit(0)
-            os.close(write)
-            data = b""
-            while chunk := os.read(read, 1 << 20):
-                data += chunk
-            os.close(read)
-            reply = json.loads(data)
-            os.waitpid(pid, 0)
+            reply = in_fork(lambda premap=premap, text=text, fragment=fragment: _codegen(
+                text, fragment, context, premap, madvise))
             ended = time.perf_counter()
             after, own_after = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
             samples.append({"wall_ms": (ended - began) * 1e3,

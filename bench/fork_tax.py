@@ -20,16 +20,14 @@ from __future__ import annotations
 import gc
 import hashlib
 import importlib
-import json
-import os
 import resource
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import probe_rows
+from in_fork import in_fork
 
 KEYS = ("import", "front_end", "mlir_passes", "codegen+link", "total", "user", "system", "minflt")
 
@@ -54,23 +52,6 @@ def _one(job) -> dict[str, float | str]:  # noqa: ANN001 (a farm.contract.Compil
                     "sha256": hashlib.sha256(elf).hexdigest()}
 
 
-def _in_fork(work: Callable[[], object]) -> object:
-    """`work()` in a forked child (cyclic GC off, as in the farm's), its JSON result read back."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        gc.disable()
-        os.write(write, json.dumps(work()).encode())
-        os._exit(0)
-    os.close(write)
-    data = b""
-    while chunk := os.read(read, 1 << 20):
-        data += chunk
-    os.waitpid(pid, 0)
-    os.close(read)
-    return json.loads(data)
-
-
 def child(jobs_file: str, rounds: int) -> int:
     from farm.worker import flydsl_compat, zygote
     from farm.worker.farm_code import remember_loaded
@@ -86,21 +67,21 @@ def child(jobs_file: str, rounds: int) -> int:
         importlib.import_module(jobs[0].request.generator)
         gc.collect()
         gc.freeze()
-        return [_in_fork(lambda j=j: _one(j)) for j in jobs]
+        return [in_fork(lambda j=j: _one(j)) for j in jobs]
 
     def premade_context() -> list:
         flydsl_compat.use_premade_context()
         gc.collect()
         gc.freeze()
-        return [_in_fork(lambda j=j: _one(j)) for j in jobs]
+        return [in_fork(lambda j=j: _one(j)) for j in jobs]
 
     found: dict[str, list[dict]] = {"in-process": [], "fork": [], "fork+import": [],
                                                 "fork+context": []}
     for _ in range(rounds):
-        found["in-process"] += _in_fork(lambda: [[_one(j) for j in jobs], [_one(j) for j in jobs]][1])
-        found["fork"] += [_in_fork(lambda j=j: _one(j)) for j in jobs]
-        found["fork+import"] += _in_fork(after_import)
-        found["fork+context"] += _in_fork(premade_context)
+        found["in-process"] += in_fork(lambda: [[_one(j) for j in jobs], [_one(j) for j in jobs]][1])
+        found["fork"] += [in_fork(lambda j=j: _one(j)) for j in jobs]
+        found["fork+import"] += in_fork(after_import)
+        found["fork+context"] += in_fork(premade_context)
     print(f"  {'way':12}" + "".join(f"{k:>13}" for k in KEYS) + "   (median per row, seconds; faults)")
     for name, rows in found.items():
         print(f"  {name:12}" + "".join(f"{statistics.median(r.get(k, 0.0) for r in rows):13.4f}" for k in KEYS))
