@@ -9,6 +9,9 @@
     measured farm build, and the ratios use the mean of the two: this machine kind's speed drifts by up
     to ~25% within minutes, and one sequential run minutes away from the farm's once made the tax 0.90
     in one run and 1.33 in the next, with the same code. Both runs and their ratio are printed;
+    After the second run, the same in-process compiles with every core busy (each target's rows dealt to
+    one process per core): not in the ratios, it splits the tax into compiles sharing the machine and the
+    isolation itself (the line `tax split`);
 (b) fresh:      one fresh interpreter per row (`python -m farm.worker.zygote --fresh`), one per core at a
     time: how `make -j` over per-kernel compile commands works;
 (c) farm:       `farm build` on the defaults (run the bench with CI unset: CI=true turns auto-start off),
@@ -43,7 +46,7 @@ from pathlib import Path
 
 import phase_table
 from farm_way import FarmRun, again, auto_start_note, default_path, farm_build, file_name
-from ways import WayRun, way_fresh, way_sequential
+from ways import WayRun, way_fresh, way_in_process_busy, way_sequential
 
 from farm.table import config as config_mod
 from farm.table.expand import fresh_rows
@@ -104,6 +107,16 @@ def summary(seq: WayRun, fresh: WayRun, farm: FarmRun, cores: int) -> str:
             f"efficiency={efficiency:.2f} tax={isolated / in_process:.2f} peak_gib={farm.peak_gib:.2f}")
 
 
+def tax_split(seq: WayRun, busy: WayRun, farm: FarmRun) -> str:
+    """The tax as two factors: compiles sharing the machine (in-process with every core busy against alone)
+    and the isolation itself (the farm's isolated compiles against in-process ones with every core busy)."""
+    alone = sum(seq.seconds.values()) / len(seq.seconds)
+    shared = sum(busy.seconds.values()) / len(busy.seconds)
+    isolated = farm.isolated_compile_s / max(farm.compiled_rows, 1)
+    return (f"  tax split: in-process {alone:.3f} s per row alone, {shared:.3f} with every core busy "
+            f"(sharing {shared / alone:.2f}x); the farm's isolated {isolated:.3f} (isolation {isolated / shared:.2f}x)")
+
+
 def main(argv: list[str]) -> int:
     private = "--private" in argv
     overrides = [a for a in argv if a != "--private"]
@@ -131,11 +144,13 @@ def main(argv: list[str]) -> int:
             _print_way("farm", farm, len(rows), f"  on the {farm.cluster} cluster; measured")
             after = way_sequential(cfg, rows, work / "sequential-after", cores)
             _print_way("sequential", after, len(rows), "  right after it")
+            busy = way_in_process_busy(cfg, rows, work / "in-process-busy", cores)
+            _print_way("in-process busy", busy, len(rows), f"  {cores} in-process compiles at once; not in the ratios")
         seq = bracketing(before, after)
         print(f"  sequential, the mean of both: {seq.wall:.1f} s; the second took {after.wall / before.wall:.2f}x "
               "the first (the machine's drift while the farm built)", flush=True)
         ways = {"sequential": before.objects, "sequential after": after.objects, "fresh": fresh.objects,
-                "farm warm-up": warm.objects, "farm": farm.objects}
+                "farm warm-up": warm.objects, "farm": farm.objects, "in-process busy": busy.objects}
         if private:
             ref = farm_build(overrides, rows, work / "farm-private", cfg.root, ("executor.standing=false",))
             _print_way("farm-private", ref, len(rows), "  reference only (executor.standing=false)")
@@ -146,6 +161,7 @@ def main(argv: list[str]) -> int:
     print(f"  in-process compile {pure:.1f} s summed, {pure / len(rows):.3f} s per row; the farm's isolated compiles "
           f"{farm.isolated_compile_s:.1f} s summed over {farm.compiled_rows} rows, "
           f"{farm.isolated_compile_s / max(farm.compiled_rows, 1):.3f} s per row")
+    print(tax_split(seq, busy, farm))
     for line in _phase_lines(seq, farm):
         print(line)
     for line in _identity_lines(ways, _golden(cfg.root, rows), len(rows)):

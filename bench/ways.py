@@ -46,36 +46,60 @@ def _objects(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in out.glob("*.hsaco")}
 
 
-def _one_target(cfg: FarmConfig, rows: list[Row], work: Path, out: Path) -> SequentialResult:
-    """Run bench/sequential_generator.py over one target's rows; its result file as read back."""
-    target = rows[0].target
+def _one_target(cfg: FarmConfig, rows: list[Row], work: Path, out: Path, part: str = "") -> SequentialResult:
+    """Run bench/sequential_generator.py over rows of one target (all of them, or the part named `part`);
+    its result file as read back."""
+    name = rows[0].target + (f".{part}" if part else "")
     requests = [compile_request(cfg, r) for r in rows]
-    result = work / f"{target}.result.json"
+    result = work / f"{name}.result.json"
     job = {"target": requests[0].to_json()["target"], "kernels_root": str(cfg.kernels_dir), "out_dir": str(out),
            "result_file": str(result), "requests": [r.to_json() for r in requests]}
-    (work / f"{target}.json").write_text(json.dumps(job))
-    env = private_env(work / target, requests[0].target, cfg.toolchain_pin.get("linker"))
-    proc = subprocess.run([sys.executable, str(HERE / "sequential_generator.py"), str(work / f"{target}.json")],
-                          cwd=work / target, env=env, capture_output=True, text=True)
+    (work / f"{name}.json").write_text(json.dumps(job))
+    env = private_env(work / name, requests[0].target, cfg.toolchain_pin.get("linker"))
+    proc = subprocess.run([sys.executable, str(HERE / "sequential_generator.py"), str(work / f"{name}.json")],
+                          cwd=work / name, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise SystemExit(f"sequential generator for {target} failed:\n{proc.stderr[-3000:]}")
+        raise SystemExit(f"sequential generator for {name} failed:\n{proc.stderr[-3000:]}")
     data: SequentialResult = json.loads(result.read_text())
     return data
 
 
 def way_sequential(cfg: FarmConfig, rows: list[Row], work: Path, cores: int) -> WayRun:
     """(a) one process per target compiling its rows in sequence, up to one per core at a time."""
+    by_target = _by_target(rows)
+    return _in_process(cfg, [("", group) for group in by_target.values()], work, min(cores, len(by_target)))
+
+
+def way_in_process_busy(cfg: FarmConfig, rows: list[Row], work: Path, cores: int) -> WayRun:
+    """In-process compiles with every core busy, as the farm keeps them: each target's rows dealt round-robin
+    to `cores` processes, `cores` processes at a time. Not a user's way: it tells how much of the tax is
+    compiles sharing the machine (the sequential way of a one-target selection compiles alone), and how much
+    is the isolation itself."""
+    return _in_process(cfg, dealt(rows, cores), work, cores)
+
+
+def dealt(rows: list[Row], cores: int) -> list[tuple[str, list[Row]]]:
+    """Each target's rows dealt round-robin into up to `cores` named parts (one generator process each)."""
+    return [(str(i), group[i::cores]) for group in _by_target(rows).values() for i in range(cores) if group[i::cores]]
+
+
+def _by_target(rows: list[Row]) -> dict[str, list[Row]]:
     by_target: dict[str, list[Row]] = {}
     for row in rows:
         by_target.setdefault(row.target, []).append(row)
+    return by_target
+
+
+def _in_process(cfg: FarmConfig, parts: list[tuple[str, list[Row]]], work: Path, workers: int) -> WayRun:
+    """One sequential generator process per (part name, rows of one target), `workers` at a time."""
     out = work / "objects"
     out.mkdir(parents=True)
     peak = PeakMemory(psutil.Process().pid)
     started = time.monotonic()
     seconds: dict[str, float] = {}
     phases: dict[str, list[PhaseRecord]] = {}
-    with ThreadPoolExecutor(max_workers=min(cores, len(by_target))) as pool:
-        for part in pool.map(lambda t: _one_target(cfg, by_target[t], work, out), sorted(by_target)):
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for part in pool.map(lambda p: _one_target(cfg, p[1], work, out, p[0]), parts):
             seconds.update(part["seconds"])
             phases.update(part["phases"])
     wall = time.monotonic() - started

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import throughput  # noqa: E402  (bench/ is scripts, not a package)
 from farm_way import FarmRun  # noqa: E402
-from ways import WayRun  # noqa: E402
+from ways import WayRun, dealt  # noqa: E402
 
 from farm.table.rows import Row  # noqa: E402
 
@@ -86,3 +86,22 @@ def test_the_measured_build_is_the_warm_up_s_command_again_from_nothing(tmp_path
     farm_way.farm_build(["ops=[op]"], [], work, tmp_path)
     farm_way.again(["ops=[op]"], [], work, tmp_path)
     assert seen == [(["ops=[op]"], work, False), (["ops=[op]"], work, False)]
+
+
+def test_the_tax_splits_into_sharing_the_machine_and_the_isolation() -> None:
+    alone = WayRun(wall=10.0, peak_gib=0.5, objects={}, seconds={"a": 0.2, "b": 0.2})
+    busy = WayRun(wall=6.0, peak_gib=0.5, objects={}, seconds={"a": 0.25, "b": 0.25})
+    farm = _farm(wall=8.0, compile_seconds=[0.3, 0.3])
+    line = throughput.tax_split(alone, busy, farm)
+    assert "0.200 s per row alone, 0.250 with every core busy (sharing 1.25x)" in line
+    assert "isolated 0.300 (isolation 1.20x)" in line  # 1.25 x 1.20 = the tax, 1.50
+
+
+def test_every_row_is_dealt_once_to_a_part_of_its_own_target() -> None:
+    rows = [Row(op="op", target=t, name=f"r{i}", group="g", knobs={}, allow={})
+            for t in ("gfx942", "gfx950") for i in range(5)]
+    parts = dealt(rows, cores=2)
+    assert [(name, len(part)) for name, part in parts] == [("0", 3), ("1", 2), ("0", 3), ("1", 2)]
+    assert all(len({r.target for r in part}) == 1 for _, part in parts)
+    assert sorted(r.key for _, part in parts for r in part) == sorted(r.key for r in rows)
+    assert dealt(rows[:1], cores=4) == [("0", rows[:1])]  # no empty parts
