@@ -9,7 +9,7 @@
     measured farm build, and the ratios use the mean of the two: this machine kind's speed drifts by up
     to ~25% within minutes, and one sequential run minutes away from the farm's once made the tax 0.90
     in one run and 1.33 in the next, with the same code. Both runs and their ratio are printed;
-    After the second run, the same in-process compiles with every core busy (each target's rows dealt to
+    after the second run, the same in-process compiles with every core busy (each target's rows dealt to
     one process per core): not in the ratios, it splits the tax into compiles sharing the machine and the
     isolation itself (the line `tax split`);
 (b) fresh:      one fresh interpreter per row (`python -m farm.worker.zygote --fresh`), one per core at a

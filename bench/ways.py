@@ -67,7 +67,7 @@ def _one_target(cfg: FarmConfig, rows: list[Row], work: Path, out: Path, part: s
 def way_sequential(cfg: FarmConfig, rows: list[Row], work: Path, cores: int) -> WayRun:
     """(a) one process per target compiling its rows in sequence, up to one per core at a time."""
     by_target = _by_target(rows)
-    return _in_process(cfg, [("", group) for group in by_target.values()], work, min(cores, len(by_target)))
+    return _in_process(cfg, [("", by_target[t]) for t in sorted(by_target)], work, min(cores, len(by_target)))
 
 
 def way_in_process_busy(cfg: FarmConfig, rows: list[Row], work: Path, cores: int) -> WayRun:
