@@ -14,6 +14,7 @@ from typing import Protocol
 
 from farm.core.canonical import sha256_bytes
 from farm.core.errors import FarmError
+from farm.core.words import count
 from farm.plan.decide import REVERIFY, UP_TO_DATE, CurrentInputs, Decision, decide_cached
 from farm.plan.sources import Tree, shipped_names
 from farm.restore.published import PublishedNames
@@ -76,7 +77,7 @@ def restore(cfg: FarmConfig, todo: list[Decision], writer: Writer, report_rows: 
             view = CacheView(cfg, pointer)
         except Unreachable as exc:  # nothing published to this remote yet is the normal state of a new clone
             log.log(logging.INFO if isinstance(exc, NothingPublished) else logging.WARNING,
-                    "restore: %s; compiling every row", exc.what)
+                    "restore: %s; compiling %s", exc.what, count(len(todo), "row"))
             return Outcome(compile=list(todo))
         with BuildProgress([d.row.key for d in todo], 1, sys.stderr, phase="restoring") as progress:
             outcome = _restore_all(cfg, view, todo, verifiers, _Sink(writer, report_rows, progress), published,
