@@ -88,14 +88,23 @@ def test_flydsl_edited_in_place_refuses_naming_the_file(tmp_path: Path) -> None:
 
 def test_flydsl_edited_in_place_makes_farm_build_refuse(tmp_path: Path) -> None:
     """End to end: the farm, finding a flydsl on PYTHONPATH (a copy, not .venv's), pins it, then refuses
-    to build once one of its libraries is edited in place, naming the file, before anything compiles."""
+    to build once one of its libraries is edited in place, naming the file, before anything compiles;
+    plan and check, which only read, name the file too (exit 1) instead of saying up to date."""
     project = small_copy(tmp_path / "p")
     site = fake_flydsl(tmp_path / "site")
     env = {"PYTHONPATH": str(site), "TMPDIR": str(tmp_path)}
     run_farm(project, "expand", check=True)
     pinned = run_farm(project, "pin", env=env, check=True)
     assert "content.flydsl.sha256" in pinned.stdout
+    assert "TOOLCHAIN" not in run_farm(project, "plan", env=env, check=True).stdout
     edit_in_place(site / LIB)
+    plan = run_farm(project, "plan", env=env)
+    assert plan.returncode == 1, plan.stdout + plan.stderr
+    assert f"TOOLCHAIN flydsl file {LIB} differs from the pin (edited in place" in plan.stdout
+    assert "farm build refuses to compile here" in plan.stdout and "reinstall flydsl==0.3.4" in plan.stdout
+    check = run_farm(project, "check", env=env)
+    assert check.returncode == 1
+    assert f"DRIFT toolchain: flydsl file {LIB} differs from the pin (edited in place" in check.stdout
     proc = run_farm(project, "build", env=env)
     assert proc.returncode == 2, proc.stderr
     assert f"flydsl file {LIB} differs from the pin (edited in place" in proc.stderr

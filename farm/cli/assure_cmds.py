@@ -13,6 +13,7 @@ from farm.cli.selection import load, selected_rows
 from farm.emulate.command import emulate, read_objects
 from farm.store.lock import command_line, lock_wait, tree_lock
 from farm.store.preflight import require_writable
+from farm.toolchain.here import installed_mismatch
 
 
 def cmd_check(inv: Invocation) -> int:
@@ -21,6 +22,12 @@ def cmd_check(inv: Invocation) -> int:
     # A shared hold: checks run side by side, but never see a build's half-written batch.
     with tree_lock(cfg.outputs_dir, command_line(), shared=True, wait_s=lock_wait(cfg)):
         found = check(cfg, rows, every) + golden_drift(cfg, rows)
+    # What check re-derives is measured against the pin; a toolchain here that is not the pin cannot
+    # rebuild what it checks, so it is named like any other drift.
+    mismatch = installed_mismatch(cfg.toolchain_pin)
+    if mismatch is not None:
+        found += [f"toolchain: {line}" for line in mismatch.lines[:-1]]
+        found.append(f"toolchain: {mismatch.lines[-1]}; fix: {mismatch.fix}")
     for line in found:
         print(f"DRIFT {line}")
     dirs = len({(r.op, r.target) for r in rows})

@@ -7,6 +7,7 @@ from farm.cli.selection import load, selected_rows
 from farm.plan.decide import decide, summary_line
 from farm.table.expand import stale_tables, write_tables
 from farm.table.rows import load_table
+from farm.toolchain.here import installed_mismatch
 
 
 def cmd_expand(inv: Invocation) -> int:
@@ -38,4 +39,12 @@ def cmd_plan(inv: Invocation) -> int:
         if d.builds or inv.verbose:
             print(f"{d.status:15} {d.row.key}" + (f"  ({d.reason})" if d.reason else ""))
     print(summary_line(decisions))
-    return 0
+    # Rows are planned against the pin; a build compiles only with the pinned toolchain installed.
+    mismatch = installed_mismatch(cfg.toolchain_pin)
+    if mismatch is None:
+        return 0
+    for line in mismatch.lines:
+        print(f"TOOLCHAIN {line}")
+    print(f"farm build refuses to compile here: the installed toolchain differs from the pin "
+          f"(conf/toolchain/pinned.yaml); fix: {mismatch.fix}")
+    return 1

@@ -49,7 +49,8 @@ VERBS: tuple[Verb, ...] = (
          flags=(Flag(("--check",), "write nothing; exit 1 when instances/ differs from what conf/ expands to"),)),
     Verb("plan", "farm.cli.table_cmds:cmd_plan",
          "which selected rows are up to date and which would build, and why",
-         details="-v lists every selected row, not only those that would build."),
+         details="-v lists every selected row, not only those that would build. Exit 1 when the installed "
+                 "toolchain differs from the pin (each difference is a TOOLCHAIN line; farm build would refuse)."),
     Verb("build", "farm.cli.build_cmds:cmd_build",
          "compile what must build (Ray), verify, write outputs/ and manifests",
          details="Progress goes to stderr: a bar on a terminal; otherwise one line about every 10 s (done/total, "

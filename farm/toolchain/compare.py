@@ -81,7 +81,7 @@ def _why(key: str, rel: str, here: Mapping[str, object]) -> str:
     return "not part of the installed distribution: its RECORD does not list it"
 
 
-def _fix(pin: ToolchainPin, diff: list[str]) -> str:
+def fix_for(pin: ToolchainPin, diff: list[str]) -> str:
     """Reinstalling is the fix for content that moved (pip keeps an edited distribution as 'already
     satisfied', so it must be forced); moving the pin is the other way."""
     content = pin.get("content") or {}
@@ -99,4 +99,4 @@ def require_pin(pin: ToolchainPin, found: ToolchainPin, where: str = "this machi
     if diff:
         raise FarmError(
             f"toolchain on {where} differs from the pin (conf/toolchain/pinned.yaml):\n    " + "\n    ".join(diff),
-            _fix(pin, diff))
+            fix_for(pin, diff))
