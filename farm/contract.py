@@ -46,6 +46,18 @@ def _need(data: Any, key: str, kind: type | tuple[type, ...], what: str) -> Any:
     return data[key]
 
 
+# A kernel's per-compile LLVM options ({cl::opt name: value}); what the farm honours: farm/worker/llvm_options.py.
+LlvmOptions = dict[str, bool | int | str]
+
+
+def llvm_options_of(data: Any, what: str) -> LlvmOptions:
+    """`data` as LLVM options: a JSON object of names to booleans, integers or strings."""
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, bool | int | str)
+                                             for k, v in data.items()):
+        raise ContractError(f"{what}: 'llvm_options' must map option names to booleans, integers or strings")
+    return dict(data)
+
+
 def _str_list(data: Any, key: str, what: str) -> tuple[str, ...]:
     items = _need(data, key, list, what)
     if not all(isinstance(i, str) for i in items):
@@ -119,10 +131,12 @@ class ProcessRecord:
     lookups: tuple[str, ...]  # lookups there whose outcome depends on which files exist
     farm: dict[str, str]  # {farm-relative path: SHA256} of every farm module it loaded
     max_rss_kib: int  # its peak resident memory
+    llvm_options: LlvmOptions = field(default_factory=dict)  # the kernel's per-compile LLVM options
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps({"sources": list(self.sources), "lookups": list(self.lookups),
-                                    "farm": self.farm, "max_rss_kib": self.max_rss_kib}))
+                                    "farm": self.farm, "max_rss_kib": self.max_rss_kib,
+                                    "llvm_options": self.llvm_options}))
 
     @classmethod
     def read(cls, path: Path) -> ProcessRecord:
@@ -135,7 +149,7 @@ class ProcessRecord:
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in farm.items()):
             raise ContractError(f"{what}: 'farm' must map file names to hashes")
         return cls(_str_list(data, "sources", what), _str_list(data, "lookups", what), dict(farm),
-                   _need(data, "max_rss_kib", int, what))
+                   _need(data, "max_rss_kib", int, what), llvm_options_of(data.get("llvm_options", {}), what))
 
 
 class PhaseJson(TypedDict):
@@ -187,6 +201,7 @@ class CompileResult:
     sources: dict[str, str] = field(default_factory=dict)  # {kernels_src-relative path: SHA256} it read
     lookups: tuple[str, ...] = ()
     generator: dict[str, str] = field(default_factory=dict)  # {farm-relative path: SHA256} that made the bytes
+    llvm_options: LlvmOptions = field(default_factory=dict)  # the kernel's per-compile LLVM options (most: none)
     max_rss_mib: float | None = None
     started_unix: float | None = None
     finished_unix: float | None = None

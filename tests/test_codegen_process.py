@@ -61,11 +61,11 @@ def test_codegen_errors_come_back_with_the_server_log(tmp_path: Path) -> None:
         assert server.stdout is not None and server.stdout.readline()
         os.environ[binary_step.SERVER_ENV] = str(sock)
         with pytest.raises(RuntimeError, match=r"(?s)failed in its own process \(exit 1\).*not.a.valid.module"):
-            binary_step.run_in_own_process("not.a.valid.module", "gpu-module-to-binary", tmp_path)
+            binary_step.run_in_own_process("not.a.valid.module", "gpu-module-to-binary", {}, tmp_path)
         server.stdin.close()  # the worker going away ends the server
         assert server.wait(timeout=30) == 0
         with pytest.raises(RuntimeError, match="LLVM codegen server .* unreachable"):
-            binary_step.run_in_own_process("module {}", "gpu-module-to-binary", tmp_path)
+            binary_step.run_in_own_process("module {}", "gpu-module-to-binary", {}, tmp_path)
     finally:
         os.environ.pop(binary_step.SERVER_ENV, None)
         server.kill()

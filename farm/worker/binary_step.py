@@ -18,6 +18,8 @@ FlyDSL stops before the binary pass), through the farm's binary step (farm/worke
 `run_in_own_process`, still in the compile process, writes it to the row's directory and asks the binary
 server over its socket (no process of its own in between), or, without a server, runs a fresh
 interpreter. The returned `gpu.binary` op takes the `gpu.module`'s place and FlyDSL continues as usual.
+A kernel's per-compile LLVM options travel with the job and are set around the pass as FlyDSL sets them
+in its own process (farm/worker/llvm_options.py).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from farm.toolchain.linker import LINK_TIMES_ENV
 # At the top, though only the codegen process uses it: every compile process loads this module, and a row's
 # generator record is the farm code its compile process loaded (farm_code.py), so an edit to the codegen
 # step's own code makes the row stale. Importing it loads no FlyDSL (that waits for the first codegen).
-from farm.worker import flydsl_mlir
+from farm.worker import flydsl_mlir, llvm_options
 from farm.worker.forking import run_forked
 from farm.worker.phases import CODEGEN_FILE, LINK_FILE, PHASES_DIR_ENV, Timeline
 
@@ -62,31 +64,35 @@ def _seconds_left(deadline_unix: float | None) -> float | None:
 _SERVER_CONTEXT: list[Any] = []
 
 
-def codegen(module_text: str, fragment: str, timeline: Timeline) -> str:
-    """Parse `module_text`, run the binary fragment, return the module (now holding gpu.binary) as text."""
+def codegen(module_text: str, fragment: str, timeline: Timeline, options: llvm_options.LlvmOptions) -> str:
+    """Parse `module_text`, run the binary fragment with the compile's LLVM `options` set, return the module
+    (now holding gpu.binary) as text."""
     context = _SERVER_CONTEXT[0] if _SERVER_CONTEXT else None
-    return flydsl_mlir.run_binary_pass(module_text, f"builtin.module({fragment})", timeline, context)
+    with llvm_options.applied(options, flydsl_mlir.fly_extension):
+        return flydsl_mlir.run_binary_pass(module_text, f"builtin.module({fragment})", timeline, context)
 
 
 def _job_files(work: Path) -> tuple[Path, Path, Path, Path]:
     return work / "binary-in.mlir", work / "binary-out.mlir", work / "binary-job.json", work / "binary.log"
 
 
-def run_in_own_process(module_text: str, fragment: str, work: Path) -> str:
-    """Hand the module to the binary server (or a fresh interpreter); returns the module holding gpu.binary."""
+def run_in_own_process(module_text: str, fragment: str, options: llvm_options.LlvmOptions, work: Path) -> str:
+    """Hand the module and the compile's LLVM `options` to the binary server (or a fresh interpreter);
+    returns the module holding gpu.binary."""
     src, out, _, _ = _job_files(work)
     src.write_text(module_text)
-    _codegen_files(src, out, fragment, work)
+    _codegen_files(src, out, fragment, options, work)
     return out.read_text()
 
 
-def _codegen_files(src: Path, out: Path, fragment: str, work: Path) -> None:
+def _codegen_files(src: Path, out: Path, fragment: str, options: llvm_options.LlvmOptions, work: Path) -> None:
     """Run the binary pass on the module in `src`, writing the result to `out`, in a process of its own."""
     _, _, job_path, log_path = _job_files(work)
     deadline = float(os.environ[DEADLINE_ENV]) if os.environ.get(DEADLINE_ENV) else None
     phases = os.environ.get(PHASES_DIR_ENV)  # the row's directory, where its phases are noted
     job_path.write_text(json.dumps({"input": str(src), "output": str(out), "fragment": fragment,
-                                    "log": str(log_path), "deadline_unix": deadline, "phases_dir": phases}))
+                                    "llvm_options": options, "log": str(log_path), "deadline_unix": deadline,
+                                    "phases_dir": phases}))
     server = os.environ.get(SERVER_ENV)
     if server:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
@@ -118,7 +124,8 @@ def _run_job(job_path: str) -> int:
     if phases_dir is not None:
         os.environ[LINK_TIMES_ENV] = str(phases_dir / LINK_FILE)  # the linker shim notes its run there
     try:
-        text = codegen(Path(job["input"]).read_text(), job["fragment"], timeline)
+        options = llvm_options.check(job.get("llvm_options"))  # a file: data, checked as the compile's own
+        text = codegen(Path(job["input"]).read_text(), job["fragment"], timeline, options)
         Path(job["output"]).write_text(text)
     finally:
         if phases_dir is not None:

@@ -9,7 +9,8 @@ pipeline before the binary pass (`gpu-module-to-binary`), which the farm then ru
 What is still private, each marked `PRIVATE:` with why and what public API would replace it:
 - `flydsl._mlir` (the MLIR bindings FlyDSL bundles): parse a module, run one pass, read a gpu.binary;
 - `jit_function._create_mlir_context`: the context FlyDSL compiles in (multithreading off, dialects loaded);
-- `JitFunction._last_compiled`: the module a COMPILE_ONLY call compiled;
+- `JitFunction._last_compiled`: the module a COMPILE_ONLY call compiled (read only when FlyDSL's own pipeline
+  ran whole: a farm compile takes its object from its binary step, whatever kind of callable launched it);
 - the list of modules FlyDSL imports lazily during its first compile (the zygote preloads them);
 - `external_llvm.run_external_binary_codegen`, FlyDSL's external binary step, replaced by the farm's
   (`use_external_codegen`): FlyDSL's own runs `<dir>/bin/mlir-opt` as a process, which for the farm was a
@@ -25,6 +26,7 @@ import importlib
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -44,6 +46,7 @@ from flydsl.compiler.backends.rocm import RocmBackend
 from flydsl.compiler.jit_function import _create_mlir_context
 from flydsl.utils import env as flydsl_env
 
+from farm.worker import llvm_options
 from farm.worker.phases import COMPILE
 
 # The farm's backend takes the built-in ROCm backend's name: FlyDSL's extension libraries (flydsl.extension,
@@ -74,11 +77,11 @@ class FarmRocmBackend(RocmBackend):
     lowering_chipset: str | None = None  # set per compile process (`use_farm_backend`)
 
     def pipeline_fragments(self, *, compile_hints: dict) -> list[str]:
-        _passes_start()
+        _passes_start(compile_hints)
         return self._lowered(super().pipeline_fragments(compile_hints=compile_hints))
 
     def external_binary_pipeline_fragments(self, *, compile_hints: dict) -> tuple[list[str], str]:
-        _passes_start()
+        _passes_start(compile_hints)
         pre, binary = super().external_binary_pipeline_fragments(compile_hints=compile_hints)
         return self._lowered(pre), binary
 
@@ -96,8 +99,11 @@ class FarmRocmBackend(RocmBackend):
         return [f.replace(needle, f"chipset={chipset} ") for f in fragments]
 
 
-def _passes_start() -> None:
-    """FlyDSL asks for the pipeline right before it runs it (MlirCompiler.compile): the front end is done."""
+def _passes_start(compile_hints: dict) -> None:
+    """FlyDSL asks for the pipeline right before it runs it (MlirCompiler.compile): the front end is done.
+    It has not set the compile's LLVM options yet: one the farm cannot honour stops the compile here,
+    before LLVM sees it (farm/worker/llvm_options.py)."""
+    llvm_options.check(compile_hints.get("llvm_options"))
     if COMPILE.current == "front_end":
         COMPILE.switch("mlir_passes")
 
@@ -108,13 +114,14 @@ def use_farm_backend(lowering_chipset: str) -> None:
     register_backend(BACKEND, FarmRocmBackend, force=True)
 
 
-# A module's gpu.module as text, in: the same module holding its gpu.binary, as text, out.
-Codegen = Callable[[str, str], str]
+# A module's gpu.module as text, the binary fragment and the compile's LLVM options, in: the same module
+# holding its gpu.binary, as text, out.
+Codegen = Callable[[str, str, llvm_options.LlvmOptions], str]
 
 
 def use_external_codegen(codegen: Codegen) -> None:
-    """In the compile process: FlyDSL stops before the binary pass, and `codegen(module_text, fragment)`
-    runs it elsewhere (in a process of its own, binary_step.py)."""
+    """In the compile process: FlyDSL stops before the binary pass, and `codegen(module_text, fragment,
+    options)` runs it elsewhere (in a process of its own, binary_step.py), with the compile's LLVM options."""
     os.environ[LLVM_DIR_ENV] = "farm"  # only its being set matters: FlyDSL's tool lookup is replaced below
     external_llvm.run_external_binary_codegen = partial(_codegen_elsewhere, codegen)
 
@@ -130,31 +137,37 @@ def use_in_process_codegen() -> None:
 # PRIVATE (both steps below): they take the place of `external_llvm.run_external_binary_codegen`, which
 # FlyDSL imports from its module at each compile, with its signature (module, binary_fragment, *,
 # llvm_options, ...). A public "binary step" hook on the backend would replace the assignment.
-def _codegen_in_place(module: Any, binary_fragment: str, **_options: Any) -> None:
+def _codegen_in_place(module: Any, binary_fragment: str, *, llvm_options: Any = None, **_options: Any) -> None:
+    """The pass run here, inside FlyDSL's own LLVM-options context (so the options are set as FlyDSL sets them)."""
     COMPILE.switch("codegen")
     PassManager.parse(f"builtin.module({binary_fragment})").run(module.operation)
-    _keep_objects(_only(module, "gpu.binary"))
+    _keep_objects(_only(module, "gpu.binary"), _checked(llvm_options))
 
 
 def _codegen_elsewhere(codegen: Codegen, module: Any, binary_fragment: str, *, llvm_options: Any = None,
                        **_options: Any) -> None:
     """The gpu.module goes out as text exactly as FlyDSL's external step writes it (a module holding only
-    it, printed with FlyDSL's debug-info setting); its gpu.binary comes back in its place."""
+    it, printed with FlyDSL's debug-info setting), with the compile's LLVM options; its gpu.binary comes
+    back in its place."""
     COMPILE.switch("handoff")
-    if llvm_options:  # the farm's kernels set none; the codegen process has no per-compile LLVM options
-        raise RuntimeError(f"farm codegen: per-compile LLVM options {llvm_options} are not supported")
+    options = _checked(llvm_options)
     gpu_module = _only(module, "gpu.module")
     alone = ir.Module.create(loc=ir.Location.unknown(module.context))
     alone.operation.attributes["gpu.container_module"] = ir.UnitAttr.get(module.context)
     ir.InsertionPoint.at_block_begin(alone.body).insert(gpu_module.clone())
     text = alone.operation.get_asm(enable_debug_info=flydsl_env.debug.enable_debug_info)
-    returned = ir.Module.parse(codegen(text, binary_fragment), context=module.context)
+    returned = ir.Module.parse(codegen(text, binary_fragment, options), context=module.context)
     binary = _only(returned, "gpu.binary")
     if ir.StringAttr(binary.attributes["sym_name"]).value != ir.StringAttr(gpu_module.attributes["sym_name"]).value:
         raise RuntimeError("farm codegen returned a gpu.binary named unlike the gpu.module it was given")
     ir.InsertionPoint(gpu_module).insert(binary.clone())
     gpu_module.erase()
-    _keep_objects(binary)
+    _keep_objects(binary, options)
+
+
+def _checked(options: Any) -> llvm_options.LlvmOptions:
+    """The options FlyDSL hands its binary step (checked already when it asked for the pipeline)."""
+    return llvm_options.check(options)
 
 
 def _only(module: Any, op_name: str) -> Any:
@@ -164,13 +177,38 @@ def _only(module: Any, op_name: str) -> Any:
     return found[0]
 
 
-# The code objects of this process's last binary step: read where the module is already parsed, in
-# FlyDSL's context, so taking the object out needs no second parse of the artifact in a new context.
-_LAST_OBJECTS: list[list[bytes]] = []
+@dataclass(frozen=True)
+class BinaryStep:
+    """One binary step of this process: the code objects it made and the LLVM options it ran with."""
+
+    objects: list[bytes]
+    llvm_options: llvm_options.LlvmOptions
 
 
-def _keep_objects(binary: Any) -> None:
-    _LAST_OBJECTS[:] = [[bytes(gpu.ObjectAttr(a).object) for a in binary.attributes["objects"]]]
+# This process's binary steps not yet taken (`take_binary_step`): their objects are read where the module is
+# already parsed, in FlyDSL's context, so taking the object out needs no second parse in a new context.
+_STEPS: list[BinaryStep] = []
+
+
+def _keep_objects(binary: Any, options: llvm_options.LlvmOptions) -> None:
+    _STEPS.append(BinaryStep([bytes(gpu.ObjectAttr(a).object) for a in binary.attributes["objects"]], options))
+
+
+def take_binary_step() -> BinaryStep:
+    """The one binary step a generator's launcher call made, holding one code object. Whatever kind of
+    callable the launcher is (a @flyc.jit function, or a function or object that calls one), the call
+    must have compiled exactly one module."""
+    steps = list(_STEPS)
+    _STEPS.clear()
+    if not steps:
+        raise RuntimeError("the generator's launcher compiled nothing: calling it must compile exactly one "
+                           "code object (a @flyc.jit function, or a callable that calls one once)")
+    if len(steps) != 1:
+        raise RuntimeError(f"the generator's launcher compiled {len(steps)} modules in one call; a row is one "
+                           "code object: return a launcher that compiles exactly one")
+    if len(steps[0].objects) != 1:
+        raise RuntimeError(f"expected one code object in the compiled module, found {len(steps[0].objects)}")
+    return steps[0]
 
 
 def preload() -> None:
@@ -205,14 +243,18 @@ def use_premade_context() -> None:
 
 
 def elf_from_compiled(launcher: Any) -> bytes:
-    """The single code object inside the launcher's last compiled module."""
+    """The single code object the launcher's call compiled: from the farm's binary step when one ran
+    (`take_binary_step`), else from the @flyc.jit launcher's last compiled module (FlyDSL's own pipeline
+    ran whole)."""
+    if _STEPS:
+        return take_binary_step().objects[0]
     # PRIVATE: `_last_compiled` is where a COMPILE_ONLY call leaves its artifact (flyc.compile returns None
     # then). A public "compile and return the artifact without launching" call would replace it; the
     # artifact's module text is public (`.ir`).
     last = getattr(launcher, "_last_compiled", None)
     if not last:
         raise RuntimeError("the generator's launcher compiled nothing (is it a @flyc.jit function?)")
-    objects = _LAST_OBJECTS.pop() if _LAST_OBJECTS else _objects_in(last[1].ir)
+    objects = _objects_in(last[1].ir)
     if len(objects) != 1:
         raise RuntimeError(f"expected one code object in the compiled module, found {len(objects)}")
     return objects[0]

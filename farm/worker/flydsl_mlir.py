@@ -46,6 +46,17 @@ def _bindings() -> tuple[ModuleType, Any]:
     return ir, PassManager
 
 
+def fly_extension() -> ModuleType:
+    """FlyDSL's own extension module, which holds its LLVM option setters (farm/worker/llvm_options.py).
+
+    PRIVATE: `_mlirDialectsFly` is what FlyDSL's `flydsl.compiler.llvm_options` sets options with; that
+    public module imports FlyDSL's package (and with it torch). Loaded only for a compile with options."""
+    _bare_package()
+    from flydsl._mlir._mlir_libs import _mlirDialectsFly
+
+    return _mlirDialectsFly
+
+
 def new_context() -> Any:
     """An MLIR context made as FlyDSL makes the one it compiles in (flydsl 0.3.4,
     `jit_function._create_mlir_context`: multithreading off, every available dialect loaded). Not entered."""

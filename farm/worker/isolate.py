@@ -22,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import NotRequired, TypedDict
 
-from farm.contract import CompileJob, CompileRequest, CompileResult, ContractError, ProcessRecord
+from farm.contract import CompileJob, CompileRequest, CompileResult, ContractError, LlvmOptions, ProcessRecord
 from farm.core.canonical import sha256_bytes
 from farm.core.private import private_dir
 from farm.toolchain.compare import differences
@@ -62,6 +62,7 @@ class CompileFacts(TypedDict):
     sources: NotRequired[dict[str, str]]
     lookups: NotRequired[tuple[str, ...]]
     generator: NotRequired[dict[str, str]]
+    llvm_options: NotRequired[LlvmOptions]
     max_rss_mib: NotRequired[float]
 
 
@@ -193,4 +194,4 @@ def _compile_in(work: Path, request: CompileRequest, sources: dict[str, bytes], 
     return facts | {"ok": True, "elf": out.read_bytes(),
                     "sources": {rel: sha256_bytes(sources[rel]) for rel in told.sources if rel in sources},
                     "lookups": tuple(sorted(told.lookups)), "generator": generator_files(told.farm),
-                    "max_rss_mib": round(told.max_rss_kib / 1024, 1)}
+                    "llvm_options": told.llvm_options, "max_rss_mib": round(told.max_rss_kib / 1024, 1)}

@@ -19,6 +19,7 @@ from farm.contract import CompileJob
 from farm.worker import flydsl_compat
 from farm.worker.binary_step import run_in_own_process
 from farm.worker.farm_code import mark_modules, modules_since
+from farm.worker.llvm_options import LlvmOptions
 from farm.worker.phases import COMPILE
 
 # How the compile's reads and lookups under the kernels root are recorded (farm/plan/sources.py `lookup_state`
@@ -106,8 +107,19 @@ class SourceRecorder:
         return Consulted(sorted(read), sorted(lookups))
 
 
-def compile_row(job: CompileJob) -> tuple[bytes, Consulted]:
-    """Compile the row `job` describes; returns (ELF bytes, what it consulted under the kernels root)."""
+@dataclass(frozen=True)
+class Compiled:
+    """One row's compile: its object, what it consulted under the kernels root, the LLVM options it ran with."""
+
+    elf: bytes
+    consulted: Consulted
+    llvm_options: LlvmOptions
+
+
+def compile_row(job: CompileJob) -> Compiled:
+    """Compile the row `job` describes. The launcher may be any callable whose call compiles exactly one
+    code object (a @flyc.jit function, or a function or object that calls one): the object is taken from
+    the binary step that call ran."""
     kernels_root = Path(job.kernels_root)
     recorder = SourceRecorder(kernels_root)
     flydsl_compat.use_farm_backend(job.request.target.mlir_chipset)
@@ -118,4 +130,5 @@ def compile_row(job: CompileJob) -> tuple[bytes, Consulted]:
     launcher, args = generator.launcher_and_args(dict(job.request.knobs))
     launcher(*args)
     COMPILE.switch("return")  # FlyDSL holds the module with the object: what is left is taking it out
-    return flydsl_compat.elf_from_compiled(launcher), recorder.consulted()
+    step = flydsl_compat.take_binary_step()
+    return Compiled(step.objects[0], recorder.consulted(), step.llvm_options)

@@ -4,8 +4,9 @@ Both kinds of compile process run it: a fork of the warm server, and a fresh int
 (`python -m farm.worker.zygote --fresh JOB.json RESULT.bin`); see farm/worker/zygote.py.
 It writes the ELF to RESULT.bin, and to RESULT.json a `ProcessRecord` (farm/contract.py): what it consulted
 under the kernels root (files read, lookups made), the farm code it ran (every farm module the process
-loaded, the warm server's included) and its peak memory. Beside them, whether it succeeded or not, the
-moments its time went to another phase (farm/worker/phases.py): a failed compile's phases end where it failed.
+loaded, the warm server's included), its peak memory and the LLVM options the kernel compiled with.
+Beside them, whether it succeeded or not, the moments its time went to another phase
+(farm/worker/phases.py): a failed compile's phases end where it failed.
 An LLVM abort kills only this process; its stderr reaches the user through the parent.
 """
 
@@ -26,13 +27,13 @@ def main(argv: list[str]) -> int:
     result = Path(argv[1])
     try:
         job = CompileJob.read(Path(argv[0]))
-        elf, consulted = compile_row(job)
-        result.write_bytes(elf)
+        compiled = compile_row(job)
+        result.write_bytes(compiled.elf)
         # Peak resident memory of this compile process (KiB on Linux; a forked child counts the pages
         # it shares with its warm parent too).
         peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        ProcessRecord(tuple(consulted.read), tuple(consulted.lookups), loaded_farm_files(),
-                      peak_kib).write(result.with_suffix(".json"))
+        ProcessRecord(tuple(compiled.consulted.read), tuple(compiled.consulted.lookups), loaded_farm_files(),
+                      peak_kib, compiled.llvm_options).write(result.with_suffix(".json"))
     finally:
         COMPILE.write(result.parent / COMPILE_FILE)
     return 0
