@@ -22,13 +22,14 @@ from farm.core.private import private_dir
 from farm.execute import autostart
 from farm.plan.decide import REVERIFY, Decision, decide, summary_line
 from farm.plan.digest import CompileRecord, one_look
+from farm.plan.record_memo import RecordMemo, memo_key, record_digest
 from farm.plan.sources import Tree, collect
 from farm.restore.stage import Checks, Outcome, restore
 from farm.store import manifest
 from farm.store.driver_cost import DriverCost
 from farm.store.lock import command_line, lock_wait, tree_lock
 from farm.store.manifest import Entry, RecordedEntry
-from farm.store.outtree import OutputDir
+from farm.store.outtree import TEMPORARY, OutputDir
 from farm.store.progress import BuildProgress, worker_slots
 from farm.store.report import BuildReport, Conditions, ReportRow, origin_fields, write_build_report
 from farm.table.config import FarmConfig
@@ -57,7 +58,12 @@ def compile_request(cfg: FarmConfig, row: Row) -> CompileRequest:
 
 class DirectoryWriter:
     """Holds each touched directory (opened safely, see farm/store/outtree.py) and its manifest entries; writes
-    the object, then manifest and SOURCE.md. The caller holds the output tree's lock (farm/store/lock.py)."""
+    the objects, then manifest and SOURCE.md. The caller holds the output tree's lock (farm/store/lock.py).
+
+    An object keeps a temporary name until the manifest that records it has been written in full: a flush
+    first writes every manifest and SOURCE.md it changes as temporaries (the writes a full disk refuses),
+    and only then renames the objects, then the manifests, into place. A flush that fails leaves the
+    directories as the last good flush left them; its objects' temporaries are removed."""
 
     def __init__(self, cfg: FarmConfig, ready: Callable[[], None] = lambda: None) -> None:
         self.cfg = cfg
@@ -72,6 +78,9 @@ class DirectoryWriter:
         self.awaiting: list[PhaseJson] = []  # write phases of rows whose entries the next flush writes
         # Per directory: objects written as temporaries, made durable and renamed into place by the next flush.
         self.staged: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        self.published = 0  # objects of this build renamed into place with their manifest entries
+        # What the objects written say of themselves, remembered for `farm plan` (farm/plan/record_memo.py).
+        self.memo = RecordMemo(cfg.outputs_dir)
 
     def __enter__(self) -> DirectoryWriter:
         return self
@@ -82,6 +91,11 @@ class DirectoryWriter:
                 self.dirs[key].discard(tmp)
         for out in self.dirs.values():
             out.close()
+        self.memo.save()
+
+    def open(self, op: str, target: str) -> OutputDir:
+        """The directory, opened for writing (made when absent), its dead writers' temporaries removed."""
+        return self._dir(op, target)
 
     def _dir(self, op: str, target: str) -> OutputDir:
         key = (op, target)
@@ -89,7 +103,8 @@ class DirectoryWriter:
             self.ready()
             out = OutputDir(self.cfg.outputs_dir, op, target, create=True)
             self.dirs[key] = out
-            out.remove_dead_temporaries()
+            for name in out.remove_dead_temporaries():
+                log.info("removed %s/%s/%s: a temporary of a farm write that never finished", op, target, name)
             try:
                 # Entries with a name the farm would never write are dropped here (their rows were planned
                 # as tampered and rebuild); they never reach a file-system call.
@@ -112,7 +127,12 @@ class DirectoryWriter:
         self.staged.setdefault((row.op, row.target), []).append((tmp, row.file_name))
         self._entries(row.op, row.target)[row.file_name] = entry
         self.unwritten.add((row.op, row.target))
+        self._remember(entry)
         return self._awaiting_flush(start)
+
+    def _remember(self, entry: Entry) -> None:
+        """The record the entry holds was derived from its object's bytes just now (acceptance)."""
+        self.memo.remember(memo_key(entry["sha256"], entry["inputs"]), record_digest(entry))
 
     def _awaiting_flush(self, start: float) -> PhaseJson:
         phase = PhaseJson(name="write", start_unix=start, seconds=time.time() - start)
@@ -130,30 +150,47 @@ class DirectoryWriter:
         start = time.time()
         self._entries(row.op, row.target)[row.file_name] = entry
         self.unwritten.add((row.op, row.target))
+        self._remember(entry)
         return self._awaiting_flush(start)
 
     def flush(self) -> None:
         """Write the manifests with new entries: once per batch of results, not per object (rewriting a
         large manifest for every object of a fast build cost the driver more than its verification)."""
         start = time.time()
-        self._publish_staged()
-        for op, target in sorted(self.unwritten):
-            manifest.write_directory(self.cfg, self.dirs[(op, target)], op, target, self.entries[(op, target)])
+        documents = []  # (directory, temporary, name): each changed manifest.json and SOURCE.md, staged
+        try:
+            for key in sorted(self.unwritten):
+                out, entries = self.dirs[key], self.entries[key]
+                for name, text in ((manifest.MANIFEST, manifest.render(self.cfg, *key, entries)),
+                                   (manifest.PROVENANCE, manifest.render_source_md(self.cfg, *key, entries))):
+                    documents.append((key, out.stage(name, text.encode()), name))
+            self._publish_staged(documents)
+        except BaseException:
+            for key, tmp, _ in documents:  # those not renamed yet; the objects' go when the writer closes
+                self.dirs[key].discard(tmp)
+            raise
         self.unwritten.clear()
         self.flushed = time.monotonic()
         for phase in self.awaiting:  # the rows whose entries this flush wrote share its time
             phase["seconds"] += (time.time() - start) / len(self.awaiting)
         self.awaiting.clear()
 
-    def _publish_staged(self) -> None:
-        """The flush's durable point, before any manifest entry is written: the staged objects' bytes are made
-        durable (one syncfs per file system, not an fsync per object), then renamed into place, and each
-        directory is fsynced so the renames are durable too. So an entry on disk always names an object
-        whose bytes are on disk, and an object's name never shows bytes that a crash could lose."""
+    def _publish_staged(self, documents: list[tuple[tuple[str, str], str, str]]) -> None:
+        """The flush's durable point. Every byte it writes is already in a temporary: the staged objects and
+        `documents` (the manifests and SOURCE.md files) are made durable (one syncfs per file system, not an
+        fsync per object), then the objects are renamed into place, each directory fsynced so the renames
+        are durable too, and only then the manifests. So an entry on disk always names an object whose bytes
+        are on disk, an object's name never shows bytes that a crash could lose, and a write the disk
+        refuses (it fails before any rename) leaves no object under its name that no manifest records."""
+        files: dict[tuple[str, str], list[str]] = {}
+        for key, staged in self.staged.items():
+            files.setdefault(key, []).extend(tmp for tmp, _ in staged)
+        for key, tmp, _ in documents:
+            files.setdefault(key, []).append(tmp)
         synced: set[int] = set()
-        for key, staged in sorted(self.staged.items()):
+        for key, tmps in sorted(files.items()):
             out = self.dirs[key]
-            if out.device not in synced and out.sync_filesystem([tmp for tmp, _ in staged]):
+            if out.device not in synced and out.sync_filesystem(tmps):
                 synced.add(out.device)
         for key, staged in sorted(self.staged.items()):
             out = self.dirs[key]
@@ -161,8 +198,15 @@ class DirectoryWriter:
                 tmp, name = staged[0]
                 out.publish(tmp, name)
                 staged.pop(0)
+                self.published += 1
             out.sync_entries()
         self.staged.clear()
+        while documents:  # manifest.json before SOURCE.md, as manifest.write_directory writes them
+            key, tmp, name = documents[0]
+            self.dirs[key].publish(tmp, name)
+            documents.pop(0)
+        for key in sorted(files):
+            self.dirs[key].sync_entries()
 
     def flush_due(self) -> None:
         """`flush` when the last one is FLUSH_EVERY_S old: each flush renders the whole manifest, so one per
@@ -480,9 +524,11 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row],
     built = reverified = 0
     cached = Outcome()
     cost = DriverCost()  # the driver's own CPU per row (farm/store/driver_cost.py)
+    writer = DirectoryWriter(cfg, toolchain_ready)
     try:
-        with DirectoryWriter(cfg, toolchain_ready) as writer:
+        with writer:
             report["pruned"] = _prune(cfg, writer, decisions, all_rows)
+            _sweep(cfg, writer, decisions)
             reverified = reverify(cfg, [d for d in decisions if d.status == REVERIFY], writer, report["rows"],
                                   failures, cost)
             # Rows whose published objects are current come back from the DVC cache instead (farm/restore/).
@@ -492,13 +538,13 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row],
                 will_compile()
             built = _compile_and_write(cfg, cached.compile, writer, report, failures, cost)
             toolchain_ready()  # a build that wrote nothing still says when the toolchain is not the pinned one
-    except OSError as exc:  # disk full, a read-only directory: the finished objects are on disk already
+    except OSError as exc:  # disk full, a read-only directory: what the last good flush recorded stays
         where = f" ({exc.filename})" if exc.filename else ""
         report["error"] = f"{exc.strerror or exc}{where}"
         write_build_report(cfg, report)
-        raise FarmError(f"writing {cfg.outputs_dir} failed: {exc.strerror or exc}{where}; {built} objects of this "
-                        "build were written before it", "free disk space or fix the permissions, then run "
-                        "`farm build` again: it resumes with what is missing") from None
+        raise FarmError(f"writing {cfg.outputs_dir} failed: {exc.strerror or exc}{where}; {writer.published} objects "
+                        "of this build were recorded before it (the rest were not kept)", "free disk space or fix "
+                        "the permissions, then run `farm build` again: it resumes with what is missing") from None
     todo = sum(d.builds for d in decisions)
     elapsed = time.monotonic() - started
     report |= {"seconds": round(elapsed, 3), "built": built, "restored": cached.restored, "reverified": reverified,
@@ -518,6 +564,15 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row],
             f"{again}, failed {len(failures)}, up to date {len(decisions) - todo} "
             f"in {elapsed:.1f} s; report: {report_path}")
     return len(failures)
+
+
+def _sweep(cfg: FarmConfig, writer: DirectoryWriter, decisions: list[Decision]) -> None:
+    """Open each selected directory holding a farm temporary, so that those of writers that are gone are
+    removed (`farm check` names them): a look that changes nothing first, as most directories hold none."""
+    for op, target in sorted({(d.row.op, d.row.target) for d in decisions}):
+        with OutputDir(cfg.outputs_dir, op, target) as probe:
+            if any(TEMPORARY.match(name) for name in probe.names()):
+                writer.open(op, target)
 
 
 def _prune(cfg: FarmConfig, writer: DirectoryWriter, decisions: list[Decision], all_rows: list[Row],

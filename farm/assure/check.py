@@ -10,20 +10,22 @@ from farm.core.canonical import canonical_json, digest_of, sha256_bytes
 from farm.core.errors import FarmError
 from farm.plan.decide import REVERIFY_NOTE
 from farm.plan.digest import current_inputs, input_changes
+from farm.plan.record_memo import DERIVED_FIELDS, RecordMemo, memo_key, record_digest
 from farm.plan.sources import Tree, shipped_names
 from farm.store import manifest
-from farm.store.outtree import OutputDir
+from farm.store.outtree import TEMPORARY, OutputDir
 from farm.table.config import FarmConfig
 from farm.table.rows import Row
 from farm.toolchain import disasm
 from farm.toolchain.compare import differences, require_pin
 
-DERIVED_FIELDS = ("code_object", "kernels")
-
 
 def check(cfg: FarmConfig, rows: list[Row], all_rows: list[Row]) -> list[str]:
-    """Problems found, one line each, each naming a file; empty means no drift."""
+    """Problems found, one line each, each naming a file and, where a command repairs it, ending with
+    `; fix: <that command>`; empty means no drift. Every record re-derived from an object's bytes is
+    remembered (farm/plan/record_memo.py), so `farm plan` need not disassemble that object again."""
     found: list[str] = []
+    memo = RecordMemo(cfg.outputs_dir)
     tree = Tree.of(shipped_names(cfg.kernels_dir))  # what a build would ship now: the lookups' answers
     # Instruction classes are recomputed, so the disassembler must be the pinned one.
     pinned = cfg.toolchain_pin.get("disassembler") or {}
@@ -33,31 +35,43 @@ def check(cfg: FarmConfig, rows: list[Row], all_rows: list[Row]) -> list[str]:
         by_dir.setdefault((row.op, row.target), []).append(row)
     known = {(r.op, r.target, r.file_name) for r in all_rows}
     for (op, target), dir_rows in sorted(by_dir.items()):
-        found += _check_directory(cfg, op, target, dir_rows, known, tree)
+        found += _check_directory(cfg, op, target, dir_rows, known, tree, memo)
+    memo.save()
     return found
 
 
+def build_fix(cfg: FarmConfig, op: str, target: str, names: list[str] | None = None) -> str:
+    """`; fix: farm build ...` for one directory (or some of its rows), as a user types it."""
+    words = ["farm", "build", f"ops=[{op}]", f"targets=[{target}]"]
+    if names:
+        words.append(f"names=[{','.join(names)}]")
+    if cfg.outputs_dir.absolute() != (cfg.root / "outputs").absolute():
+        words.append(f"outputs_dir={cfg.outputs_dir}")
+    return "; fix: `" + " ".join(words) + "`"
+
+
 def _check_directory(cfg: FarmConfig, op: str, target: str, rows: list[Row],
-                     known: set[tuple[str, str, str]], tree: Tree) -> list[str]:
+                     known: set[tuple[str, str, str]], tree: Tree, memo: RecordMemo) -> list[str]:
     try:
         with OutputDir(cfg.outputs_dir, op, target) as out:
-            return _check_opened(cfg, out, op, target, rows, known, tree)
+            return _check_opened(cfg, out, op, target, rows, known, tree, memo)
     except FarmError as exc:  # a symlinked directory: named, and the other directories are still checked
         return [exc.what]
 
 
 def _check_opened(cfg: FarmConfig, out: OutputDir, op: str, target: str, rows: list[Row],
-                  known: set[tuple[str, str, str]], tree: Tree) -> list[str]:
+                  known: set[tuple[str, str, str]], tree: Tree, memo: RecordMemo) -> list[str]:
     where = out.path
     mpath = where / manifest.MANIFEST
     try:
         listing = manifest.read(out)
     except manifest.ManifestUnreadable as exc:
-        return [exc.what]
+        return [exc.what + build_fix(cfg, op, target)] + _unexpected_files(cfg, out, op, target, {}, known)
     if listing.data is None:
-        return [f"{mpath}: missing ({len(rows)} rows selected here were never built or were deleted)"]
+        return ([f"{mpath}: missing ({len(rows)} rows selected here were never built or were deleted)"
+                 + build_fix(cfg, op, target)] + _unexpected_files(cfg, out, op, target, {}, known))
     data = listing.data
-    found: list[str] = list(listing.bad)
+    found = [line + build_fix(cfg, op, target) for line in listing.bad]  # the build drops them, rebuilds their rows
     entries = listing.entries
     if listing.text != canonical_json(data).encode():
         found.append(f"{mpath}: edited by hand (not in the form the farm writes)")
@@ -71,21 +85,46 @@ def _check_opened(cfg: FarmConfig, out: OutputDir, op: str, target: str, rows: l
     disassembled = disasm.count_files(cfg.toolchain_pin.get("disassembler"), target, paths)
     for row in rows:
         path = where / row.file_name
-        found += _check_object(cfg, row, entries.get(row.file_name), out, mpath, tree, disassembled.get(path))
+        fix = build_fix(cfg, op, target, [row.name])
+        found += [line + fix for line in _check_object(cfg, row, entries.get(row.file_name), out, mpath, tree,
+                                                      disassembled.get(path), memo)]
     for file in sorted(entries):
         if (op, target, file) not in known:
-            found.append(f"{where / file}: manifest entry for an object no row in instances/ makes")
-    for name in out.names():
-        if name not in entries and name not in (manifest.MANIFEST, manifest.PROVENANCE):
-            found.append(f"{where / name}: file not recorded in {mpath.name}")
+            found.append(f"{where / file}: manifest entry for an object no row in instances/ makes"
+                         + build_fix(cfg, op, target))  # the build removes it and its entry
+    found += _unexpected_files(cfg, out, op, target, entries, known)
     source_md = out.read_bytes(manifest.PROVENANCE)
     if source_md is None or source_md != manifest.render_source_md(cfg, op, target, entries).encode():
         found.append(f"{where / manifest.PROVENANCE}: missing or differs from the provenance the manifest implies")
     return found
 
 
+def _unexpected_files(cfg: FarmConfig, out: OutputDir, op: str, target: str, entries: dict[str, object],
+                      known: set[tuple[str, str, str]]) -> list[str]:
+    """One line for every name in the directory the farm does not expect there: not a recorded object, not
+    manifest.json or SOURCE.md. Each says what repairs it."""
+    found = []
+    mpath = out.path / manifest.MANIFEST
+    for name in out.names():
+        if name in entries or name in (manifest.MANIFEST, manifest.PROVENANCE):
+            continue
+        line = f"{out.path / name}: file not recorded in {mpath.name}"
+        temporary = TEMPORARY.match(name)
+        if temporary:
+            line += (f" (a temporary of a farm write, pid {temporary['pid']}, that never finished; the build "
+                     "removes it once that process is gone)" + build_fix(cfg, op, target))
+        elif (op, target, name) in known:
+            line += (" (an object of a row no manifest entry records: a build that failed before recording it?)"
+                     + build_fix(cfg, op, target, [name.removesuffix(manifest.OBJECT_SUFFIX)]))
+        else:
+            line += ("; fix: remove it (no row of instances/ makes it, and the farm deletes only what its "
+                     "manifests recorded)")
+        found.append(line)
+    return found
+
+
 def _check_object(cfg: FarmConfig, row: Row, entry: manifest.RecordedEntry | None, out: OutputDir, mpath: Path,
-                  tree: Tree, functions: dict[str, dict[str, int]] | str | None) -> list[str]:
+                  tree: Tree, functions: dict[str, dict[str, int]] | str | None, memo: RecordMemo) -> list[str]:
     path = out.path / row.file_name
     if entry is None:
         return [f"{path}: row {row.key} has no entry in {mpath}"]
@@ -104,18 +143,21 @@ def _check_object(cfg: FarmConfig, row: Row, entry: manifest.RecordedEntry | Non
     if not isinstance(functions, dict):  # disasm.count_files: the reason this file alone cannot be read
         return found + [f"{path}: {functions or 'the pinned disassembler could not read it'}"]
     found += [f"{path}: {p}" for p in problems(co, row, cfg.ops[row.op], cfg.targets[row.target], functions)]
+    inputs = entry.get("inputs", {})
+    recorded = inputs if isinstance(inputs, dict) else {}
+    changes = input_changes(recorded, current_inputs(cfg, row, tree, recorded))
     described = describe(co, functions)
+    if not changes:  # derived under the code and toolchain the entry names: `farm plan` may trust it
+        memo.remember(memo_key(sha256_bytes(data), inputs), record_digest(described))
     for key in DERIVED_FIELDS:
         if entry.get(key) != described[key]:
             found.append(f"{path}: manifest '{key}' does not match the object (manifest edited or object replaced)")
     for key in ("name", "group", "knobs", "allow"):
         if entry.get(key) != row.to_json()[key]:
             found.append(f"{path}: manifest '{key}' differs from the row in instances/")
-    inputs = entry.get("inputs", {})
     if digest_of(inputs) != entry.get("input_digest"):
         found.append(f"{path}: input_digest does not match the recorded inputs (manifest edited)")
-    recorded = inputs if isinstance(inputs, dict) else {}
-    for change in input_changes(recorded, current_inputs(cfg, row, tree, recorded)):
+    for change in changes:
         note = f" (farm build: {REVERIFY_NOTE})" if change.verify_only else ""
         found.append(f"{path}: input drift: {change.reason} since it was built{note}")
     return found

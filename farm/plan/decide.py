@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from farm.core.canonical import sha256_bytes
 from farm.plan.digest import CompileRecord, farm_hashes, input_changes, inputs_of
+from farm.plan.identity import Claim, entry_problem, record_problems
+from farm.plan.record_memo import RecordMemo
 from farm.plan.sources import Tree, shipped_names
 from farm.store import manifest
 from farm.store.manifest import Hashes, Inputs, RecordedEntry
@@ -39,13 +41,14 @@ class Decision:
 
 @dataclass(frozen=True)
 class DirectoryState:
-    """What one outputs/<op>/<target>/ holds, read safely: the manifest's valid entries, the SHA256 of each
-    regular file there, and why the whole directory must rebuild (an unreadable or hostile manifest)."""
+    """What one outputs/<op>/<target>/ holds, read safely: the manifest's valid entries, the SHA256 and size of
+    each regular file there, and why the whole directory must rebuild (an unreadable or hostile manifest)."""
 
     entries: dict[str, RecordedEntry]  # read from disk: data, each field checked where it is used
     sha256: dict[str, str]
     kinds: dict[str, str]
     broken: str | None
+    sizes: dict[str, int]
 
 
 def read_directory(cfg: FarmConfig, op: str, target: str) -> DirectoryState:
@@ -53,18 +56,18 @@ def read_directory(cfg: FarmConfig, op: str, target: str) -> DirectoryState:
         try:
             listing = manifest.read(out)
         except manifest.ManifestUnreadable as exc:
-            return DirectoryState({}, {}, {}, exc.what)
+            return DirectoryState({}, {}, {}, exc.what, {})
         kinds = {name: out.kind(name) or "absent" for name in listing.entries}
-        hashes = {}
+        hashes, sizes = {}, {}
         for name in listing.entries:
             data = out.read_bytes(name)
             if data is not None:
-                hashes[name] = sha256_bytes(data)
+                hashes[name], sizes[name] = sha256_bytes(data), len(data)
     broken = None
     if listing.bad:
         more = f" (and {len(listing.bad) - 1} more)" if len(listing.bad) > 1 else ""
         broken = f"manifest has an entry the farm would never write: {listing.bad[0]}{more}"
-    return DirectoryState(listing.entries, hashes, kinds, broken)
+    return DirectoryState(listing.entries, hashes, kinds, broken, sizes)
 
 
 class CurrentInputs:
@@ -93,10 +96,13 @@ def _names(field: object) -> tuple[str, ...]:
 
 
 def decide(cfg: FarmConfig, rows: list[Row]) -> list[Decision]:
+    """Each row's decision. A row is up to date only when its object is the one its entry describes (what
+    `farm check` verifies of it: bytes, size, row fields, its record) and its inputs did not change."""
     tree = Tree.of(shipped_names(cfg.kernels_dir))  # what a build would ship now: the lookups' answers
     current = CurrentInputs(cfg, tree)
     decisions = []
     cache: dict[tuple[str, str], DirectoryState] = {}
+    claims: dict[tuple[str, str], list[Claim]] = {}  # rows that need no compile, if their objects are theirs
     for row in rows:
         key = (row.op, row.target)
         if key not in cache:  # one manifest read per directory, not per row
@@ -115,9 +121,29 @@ def decide(cfg: FarmConfig, rows: list[Row]) -> list[Decision]:
             decisions.append(Decision(row, "missing", f"{row.file_name} {what}"))
         elif state.sha256.get(row.file_name) != entry.get("sha256"):
             decisions.append(Decision(row, "tampered", f"{row.file_name} SHA256 differs from its manifest entry"))
+        elif problem := entry_problem(row, entry, state.sizes.get(row.file_name)):
+            decisions.append(Decision(row, "tampered", problem))
         else:
-            decisions.append(_by_inputs(row, entry.get("inputs"), current))
-    return decisions
+            decision = _by_inputs(row, entry.get("inputs"), current)
+            decisions.append(decision)
+            if not decision.compiles:
+                claims.setdefault(key, []).append(Claim(row, entry, reverify=decision.status == REVERIFY))
+    replaced = _replaced_objects(cfg, claims)
+    return [Decision(d.row, "tampered", replaced[d.row.key]) if d.row.key in replaced else d for d in decisions]
+
+
+def _replaced_objects(cfg: FarmConfig, claims: dict[tuple[str, str], list[Claim]]) -> dict[str, str]:
+    """{row key: why its object is not the one its entry describes}, over every directory's claims."""
+    if not claims:
+        return {}
+    memo = RecordMemo(cfg.outputs_dir)
+    found: dict[str, str] = {}
+    for (op, target), dir_claims in sorted(claims.items()):
+        with OutputDir(cfg.outputs_dir, op, target) as out:
+            problems = record_problems(cfg, out, dir_claims, memo)
+        found |= {c.row.key: problems[c.row.file_name] for c in dir_claims if c.row.file_name in problems}
+    memo.save()
+    return found
 
 
 def decide_cached(cfg: FarmConfig, row: Row, entry: RecordedEntry, tree: Tree,
