@@ -16,6 +16,7 @@ from typing import NoReturn
 
 from farm.cli.verbs import BY_NAME, OVERRIDES, PASS_FLAGS_THROUGH, VERBS, Verb, listing
 from farm.core.errors import FarmError
+from farm.table.quoting import shortened, shown
 
 TOP_USAGE = "farm [-h] [--version] [-v | -q] VERB [--flags] [key=value ...]"
 GLOBAL_HELP = {"verbose": "say more: debug records on stderr; plan and status list every row/directory",
@@ -118,14 +119,14 @@ def _nearest(word: str, choices: list[str], cutoff: float = 0.6) -> str:
 
 def unknown_verb(word: str) -> UsageError:
     names = [v.name for v in VERBS]
-    return UsageError("farm", f"unknown verb {word!r}{_nearest(word, names)}",
+    return UsageError("farm", f"unknown verb {shown(word)}{_nearest(word, names)}",
                      f"use one of: {', '.join(names)} (`farm --help` lists them)")
 
 
 def unknown_flag(verb: Verb, flag: str) -> UsageError:
     spellings = [name for f in verb.flags for name in f.names] + ["-v", "--verbose", "-q", "--quiet", "-h", "--help"]
     near = _nearest(flag.split("=")[0], spellings, cutoff=0.75)
-    return UsageError(f"farm {verb.name}", f"unknown flag {flag}{near}",
+    return UsageError(f"farm {verb.name}", f"unknown flag {shortened(flag)}{near}",
                       f"accepted flags: {', '.join(accepted_flags(verb))}")
 
 

@@ -18,20 +18,31 @@ from farm.core.errors import FarmError
 from farm.table import config_cache
 from farm.table.config_cache import Composed
 from farm.table.model import SAFE_NAME, Group, Op, Target, Tuning
+from farm.table.quoting import shortened, shown
 from farm.table.schema import CONFIG_GROUPS, ConfigFile, ExecutorSettings, ToolchainPin, unknown_key
 from farm.table.tables import load_ops, load_targets, read_tables, table_files
 from farm.table.values import (
     AUDIT_VARIATIONS,
     PATH_KEYS,
+    UNSET,
+    absolute,
     audit_settings,
+    cache_settings,
+    compile_timeout,
     executor_settings,
+    from_cwd,
+    lock_wait_s,
     mapping,
     name_list,
     path_option,
-    positive_number,
+    remote_settings,
+    report_keep,
+    require_apart_from_outputs,
     require_safe_outputs,
+    require_short_path,
     selection,
 )
+from farm.table.yaml_errors import undecodable, yaml_error
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -63,6 +74,7 @@ def find_project_root(start: Path | None = None) -> Path:
     """The project is the nearest directory holding conf/config.yaml (or $FARM_PROJECT)."""
     env = os.environ.get("FARM_PROJECT")
     if env:
+        require_short_path("FARM_PROJECT", from_cwd(env))
         root = Path(env).resolve()
         if not (root / "conf" / "config.yaml").is_file():
             raise FarmError(f"FARM_PROJECT={env} has no conf/config.yaml",
@@ -88,6 +100,7 @@ def _compose(root: Path, overrides: list[str]) -> tuple[DictConfig, dict[str, st
     from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
     from omegaconf import open_dict
     from omegaconf.errors import OmegaConfBaseException
+    from yaml import YAMLError
 
     from farm.table.overrides import check_overrides  # Hydra's override parser
 
@@ -96,12 +109,20 @@ def _compose(root: Path, overrides: list[str]) -> tuple[DictConfig, dict[str, st
         with initialize_config_dir(config_dir=str(root / "conf"), version_base=None):
             cfg = hydra_compose(config_name="config", overrides=overrides, return_hydra_config=True)
     except OverrideParseException as exc:
-        raise FarmError(f"malformed override: {exc}",
+        raise FarmError(f"malformed override: {shortened(str(exc), 300)}",
                         "overrides look like key=value, lists like targets=[gfx942,gfx950]") from None
-    except (ConfigCompositionException, MissingConfigException, OmegaConfBaseException, ValueError) as exc:
+    except (ConfigCompositionException, MissingConfigException, OmegaConfBaseException, ValueError,
+            YAMLError) as exc:
+        # A file Hydra read that is not valid YAML (PyYAML's error, raised through Hydra as it is), or not
+        # UTF-8 text (which Hydra does not name): one error naming the file.
+        problem = yaml_error(root, exc) or (
+            undecodable(root, config_cache.files_under(root / "conf")) if isinstance(exc, UnicodeError) else None)
+        if problem:
+            raise problem from None
         # Keys and group names were checked above; what is left is e.g. a declared key that the chosen
         # group file does not set (Hydra only overrides keys a file has; `+key=value` adds one).
-        raise FarmError(f"config error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise FarmError(f"config error: {shortened(first, 300)}",
                         "to set an option the chosen config file does not have, add it: +key=value") from None
     choices = {str(k): str(v) for k, v in cfg.hydra.runtime.choices.items()}
     with open_dict(cfg):
@@ -171,18 +192,37 @@ def load(root: Path, overrides: list[str]) -> FarmConfig:
     dtypes = name_list("dtypes", raw.get("dtypes"), "e.g. dtypes=[bf16,f16]")
     names = name_list("names", raw.get("names"), "e.g. names=[rmsnorm_bf16_infer_n4096]")
     if raw.get("row_order") not in ("sorted", "reversed"):
-        raise FarmError(f"row_order={raw.get('row_order')!r}; accepted: sorted, reversed", "e.g. row_order=reversed")
-    paths = {key: path_option(root, key, raw.get(key)) for key in PATH_KEYS}
+        raise FarmError(f"row_order={shown(raw.get('row_order'))}; accepted: sorted, reversed",
+                        "e.g. row_order=reversed")
+    # Every value is checked here, before any command does any work (none is left for its first use).
+    paths = {key: path_option(root, key, raw.get(key)) for key in PATH_KEYS}  # lengths first: no call fails
     require_safe_outputs(root, paths)
     raw["audit"] = audit_settings(raw.get("audit"))
     executor = executor_settings(mapping("executor", raw.get("executor")))
+    compile_timeout_s = compile_timeout(raw.get("compile_timeout_s"))
+    if "report_keep" in raw:  # absent: the reports' own default (farm/store/report.py)
+        report_keep(raw["report_keep"])
+    lock_wait_s(raw.get("lock_wait_s"))
+    cache_settings(raw.get("cache"))
+    apart = {key: paths[key] for key in ("report_dir", "kernels_dir", "instances_dir")}
+    if "remote" in raw:  # without the group, the commands that need a remote say so
+        remote = raw["remote"] = remote_settings(root, raw["remote"])
+        url = remote.get("url")
+        if remote.get("kind") == "local" and isinstance(url, str) and url not in ("", UNSET):
+            apart["remote.url"] = absolute(root, url)
+    require_apart_from_outputs(paths["outputs_dir"], apart)
+    pin = mapping("toolchain", raw.get("toolchain"))
+    for tool in ("linker", "disassembler"):
+        where = pin.get(tool)
+        if isinstance(where, dict) and isinstance(where.get("path"), str) and where["path"]:
+            require_short_path(f"toolchain.{tool}.path", from_cwd(where["path"]))
     taken = {"toolchain", "executor", "ops", "targets", "dtypes", "names", *PATH_KEYS, "compile_timeout_s"}
 
     return FarmConfig(
         root=root,
         targets=targets,
         ops=ops,
-        toolchain_pin=mapping("toolchain", raw.get("toolchain")),  # type: ignore[arg-type]  # keys checked
+        toolchain_pin=pin,  # type: ignore[arg-type]  # keys checked
         executor=executor,
         selected_ops=selected_ops,
         selected_targets=selected_targets,
@@ -192,7 +232,6 @@ def load(root: Path, overrides: list[str]) -> FarmConfig:
         instances_dir=paths["instances_dir"],
         kernels_dir=paths["kernels_dir"],
         report_dir=paths["report_dir"],
-        compile_timeout_s=positive_number("compile_timeout_s", raw.get("compile_timeout_s"),
-                                          "e.g. compile_timeout_s=900 (seconds per row)"),
+        compile_timeout_s=compile_timeout_s,
         extra={k: v for k, v in raw.items() if k not in taken},  # type: ignore[typeddict-item]
     )

@@ -63,7 +63,7 @@ def key_for(root: Path, overrides: list[str]) -> str | None:
 
     feed(FORMAT, sys.version, root, json.dumps(overrides))
     conf = root / "conf"
-    for path in _files_under(conf):
+    for path in files_under(conf):
         data = path.read_bytes()
         if any(word.encode() in data for word in BEYOND_CONF):
             return None
@@ -76,7 +76,7 @@ def key_for(root: Path, overrides: list[str]) -> str | None:
     return digest.hexdigest()
 
 
-def _files_under(folder: Path) -> list[Path]:
+def files_under(folder: Path) -> list[Path]:
     """Every file below `folder`, in a fixed order; symlinked folders are not entered (no loops)."""
     found: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(folder):

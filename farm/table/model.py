@@ -9,6 +9,7 @@ from typing import Any, NotRequired, TypedDict
 from farm.table.schema import TargetFile
 
 SAFE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+MAX_NAME = 100  # characters in an op or target name (its file's name)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import Any, TypedDict
 
 from farm.core.errors import FarmError
 from farm.table.config import SAFE_NAME, FarmConfig
+from farm.table.quoting import listed, shown
 
 
 class RowJson(TypedDict):
@@ -63,7 +64,7 @@ class Row:
         for field in ("op", "target", "name"):
             value = getattr(row, field)
             if not isinstance(value, str) or not SAFE_NAME.match(value) or len(value) > 150:
-                raise FarmError(f"{where}: row {field} {value!r} leaves the safe alphabet [a-z0-9_.-]", fix)
+                raise FarmError(f"{where}: row {field} {shown(value)} leaves the safe alphabet [a-z0-9_.-]", fix)
         return row
 
 
@@ -114,7 +115,7 @@ def select(cfg: FarmConfig, rows: list[Row]) -> list[Row]:
         known = sorted({str(r.knobs.get("dtype")) for r in rows if "dtype" in r.knobs})
         unknown = [d for d in cfg.selected_dtypes if d not in known]
         if unknown:
-            raise FarmError(f"unknown dtype {', '.join(map(repr, unknown))} for the selected ops; "
+            raise FarmError(f"unknown dtype {listed(unknown)} for the selected ops; "
                             f"accepted: {', '.join(known)}", "pick from the accepted dtypes")
         rows = [r for r in rows if r.knobs.get("dtype") in cfg.selected_dtypes]
     if cfg.selected_names:
@@ -123,7 +124,7 @@ def select(cfg: FarmConfig, rows: list[Row]) -> list[Row]:
         unknown = [n for n in cfg.selected_names if n not in known_names]
         if unknown:
             near = difflib.get_close_matches(unknown[0], sorted(known_names), n=3)
-            raise FarmError(f"no selected row is named {', '.join(map(repr, unknown))}"
+            raise FarmError(f"no selected row is named {listed(unknown)}"
                             + (f"; close: {', '.join(near)}" if near else ""),
                             "names are object names without .hsaco, as in instances/ (see `farm plan -v`)")
         wanted = set(cfg.selected_names)

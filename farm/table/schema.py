@@ -74,6 +74,10 @@ class OpFile(TypedDict, total=False):
 # conf/config.yaml and its groups (conf/executor/, conf/remote/, conf/toolchain/)
 
 
+EXECUTOR_KINDS = ("local", "cluster")  # executor.kind
+REMOTE_KINDS = ("local", "s3")  # remote.kind
+
+
 class ExecutorSettings(TypedDict, total=False):
     kind: str  # local (a private Ray cluster) or cluster (an existing one)
     address: str | None

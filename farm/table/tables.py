@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any, cast
 
 from farm.core.errors import FarmError
-from farm.table.model import SAFE_NAME, Group, Op, Target, Tuning
+from farm.table.model import MAX_NAME, SAFE_NAME, Group, Op, Target, Tuning
+from farm.table.quoting import listed, shortened, shown
 from farm.table.schema import OpFile, TargetFile, TuningFile, fields_of, unknown_key
 from farm.table.values import mapping, nearest, nearest_hint
+from farm.table.yaml_errors import undecodable, yaml_error
 from farm.toolchain.listing import CLASS_NAMES
 
 RESOURCE_RULES = ("scratch", "vgpr_spill", "sgpr_spill")
@@ -21,7 +23,7 @@ def discover(root: Path, kind: str) -> dict[str, Path]:
     found = {}
     for path in sorted((root / "conf" / kind).glob("*.yaml")):
         name = path.name[: -len(".yaml")]
-        if not SAFE_NAME.match(name) or len(name) > 100:
+        if not SAFE_NAME.match(name) or len(name) > MAX_NAME:
             raise FarmError(f"conf/{kind}/{path.name}: {name!r} is not a usable {kind} name "
                             "(lower case letters, digits, '_', '.', '-'; starting with a letter or digit)",
                             f"rename the file to such a name, e.g. conf/{kind}/my_{kind}.yaml")
@@ -34,13 +36,19 @@ def read_file(root: Path, path: Path) -> dict[str, Any]:
     # Imported here: a command whose config comes from the cache (config_cache.py) never loads OmegaConf.
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
+    from yaml import YAMLError
 
     where = str(path.relative_to(root))
     try:
         data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except YAMLError as exc:  # not valid YAML: the file, line and column
+        raise (yaml_error(root, exc, path) or FarmError(f"{where}: not valid YAML", "fix its syntax")) from None
+    except UnicodeDecodeError:
+        raise (undecodable(root, [path]) or FarmError(f"{where}: not UTF-8 text", "save it as UTF-8")) from None
     except (OSError, OmegaConfBaseException, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise FarmError(f"{where}: cannot be read as YAML ({first})", "fix the file's syntax") from None
+        raise FarmError(f"{where}: cannot be read as YAML ({shortened(first, 300)})",
+                        "fix the file's syntax") from None
     return mapping(where, data)
 
 
@@ -50,7 +58,7 @@ def check_keys(where: str, data: dict[str, Any], schema: Any) -> None:
     if bad is None:
         return
     place = f"{where} {bad.parent}" if bad.parent else where
-    raise FarmError(f"{place}: unknown key {bad.key!r}{nearest_hint(bad.nearest, ' (did you mean {!r}?)')}",
+    raise FarmError(f"{place}: unknown key {shown(bad.key)}{nearest_hint(bad.nearest, ' (did you mean {!r}?)')}",
                     f"{bad.parent.rpartition('.')[2] or 'this file'} takes {', '.join(bad.accepted)}")
 
 
@@ -95,9 +103,9 @@ def _target(name: str, spec: dict[str, Any]) -> Target:
     check_keys(where, spec, TargetFile)
     _require(where, spec, list(fields_of(TargetFile) or ()))
     if spec["name"] != name:
-        raise FarmError(f"{where} says name: {spec['name']!r}", f"make it {name!r}")
+        raise FarmError(f"{where} says name: {shown(spec['name'])}", f"make it {name!r}")
     if spec["wave_size"] not in (32, 64):
-        raise FarmError(f"{where}: wave_size {spec['wave_size']!r} is not 32 or 64", "fix the target file")
+        raise FarmError(f"{where}: wave_size {shown(spec['wave_size'])} is not 32 or 64", "fix the target file")
     return Target(
         name=name,
         family=str(spec["family"]),
@@ -117,10 +125,10 @@ def _op(name: str, data: dict[str, Any], targets: dict[str, Target]) -> Op:
     check_keys(where, dict(spec), OpFile)
     _require(where, spec, ["name", "family", "generator", "spec", "symbols", "targets", "groups"])
     if spec["name"] != name:
-        raise FarmError(f"{where} says name: {spec['name']!r}", f"make it {name!r}")
+        raise FarmError(f"{where} says name: {shown(spec['name'])}", f"make it {name!r}")
     unknown = [t for t in spec["targets"] if t not in targets]
     if unknown:
-        raise FarmError(f"{where}: unknown target {', '.join(map(repr, unknown))}; "
+        raise FarmError(f"{where}: unknown target {listed(unknown)}; "
                         f"accepted: {', '.join(sorted(targets))}", "add a conf/target/ file or fix the name")
     if not isinstance(spec["groups"], list) or not spec["groups"]:
         raise FarmError(f"{where}: groups must be a non-empty list of groups", "see conf/op/rmsnorm.yaml")
@@ -142,7 +150,7 @@ def _group(where: str, index: int, g: Any, op: OpFile, base_allow: dict[str, boo
         raise FarmError(f"{where}: a group needs a non-empty 'axes' mapping", "see conf/op/rmsnorm.yaml")
     for axis, values in g["axes"].items():
         if not isinstance(values, list) or not values:
-            raise FarmError(f"{where}: axis {axis!r} must be a non-empty list, got {values!r}",
+            raise FarmError(f"{where}: axis {shown(axis)} must be a non-empty list, got {shown(values)}",
                             f"e.g. {axis}: [value1, value2]")
     fmt = g.get("name_format") or op.get("name_format")
     if not fmt:
@@ -175,7 +183,7 @@ def _allow(where: str, spec: Any, base: dict[str, bool]) -> dict[str, bool]:
     allow = dict(base)
     for key, value in (spec or {}).items():
         if key not in RESOURCE_RULES or not isinstance(value, bool):
-            raise FarmError(f"{where}: allow.{key}={value!r} is not a resource rule",
+            raise FarmError(f"{where}: allow.{key}={shown(value)} is not a resource rule",
                             f"allow takes {', '.join(RESOURCE_RULES)} set to true or false")
         allow[key] = value
     return allow
@@ -183,7 +191,7 @@ def _allow(where: str, spec: Any, base: dict[str, bool]) -> dict[str, bool]:
 
 def _symbols(where: str, value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
-        raise FarmError(f"{where}: symbols must be a non-empty list of kernel names, got {value!r}",
+        raise FarmError(f"{where}: symbols must be a non-empty list of kernel names, got {shown(value)}",
                         "e.g. symbols: [rmsnorm_fwd_0]")
     return tuple(value)
 
@@ -191,11 +199,11 @@ def _symbols(where: str, value: Any) -> tuple[str, ...]:
 def _instruction_classes(where: str, value: Any) -> tuple[str, ...]:
     value = value or []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise FarmError(f"{where}: require_instructions must be a list of class names, got {value!r}",
+        raise FarmError(f"{where}: require_instructions must be a list of class names, got {shown(value)}",
                         f"e.g. require_instructions: [mfma]; classes: {', '.join(CLASS_NAMES)}")
     unknown = [v for v in value if v not in CLASS_NAMES]
     if unknown:
-        raise FarmError(f"{where}: unknown instruction class {unknown[0]!r} in require_instructions"
+        raise FarmError(f"{where}: unknown instruction class {shown(unknown[0])} in require_instructions"
                         + nearest_hint(nearest(unknown[0], CLASS_NAMES), " (did you mean {!r}?)"),
                         f"accepted classes: {', '.join(CLASS_NAMES)}")
     return tuple(value)
