@@ -115,8 +115,8 @@ def _compose(root: Path, overrides: list[str]) -> tuple[DictConfig, dict[str, st
             YAMLError) as exc:
         # A file Hydra read that is not valid YAML (PyYAML's error, raised through Hydra as it is), or not
         # UTF-8 text (which Hydra does not name): one error naming the file.
-        problem = yaml_error(root, exc) or (
-            undecodable(root, config_cache.files_under(root / "conf")) if isinstance(exc, UnicodeError) else None)
+        yaml_files = [p for p in config_cache.files_under(root / "conf") if p.suffix == ".yaml"]
+        problem = yaml_error(root, exc) or (undecodable(root, yaml_files) if isinstance(exc, UnicodeError) else None)
         if problem:
             raise problem from None
         # Keys and group names were checked above; what is left is e.g. a declared key that the chosen
