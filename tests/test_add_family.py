@@ -124,8 +124,12 @@ def test_vendor_and_build_a_new_family(tmp_path: Path) -> None:
     # The kernel alone: its import of synthk.tiles is neither vendored nor installed; upstream's file is named.
     proc = vendor_add(project, repo, commit, "[python/synthk/scale.py]")
     assert proc.returncode == 2, proc.stdout
-    assert ("  - synthk.tiles: imported by kernels_src/synthk/scale.py:8 (upstream python/synthk/scale.py); "
-            "upstream has python/synthk/tiles.py (vendor it with into=synthk)\n") in proc.stderr
+    assert proc.stderr.splitlines()[1:] == [
+        "  - synthk.tiles: imported by kernels_src/synthk/scale.py:8 (upstream python/synthk/scale.py); "
+        "upstream has python/synthk/tiles.py",
+        "  fix: vendor upstream's files at the import paths the code uses (base= keeps each file's path below that "
+        f"folder): farm vendor add from={repo} commit={commit} upstream=synthk base=[python] "
+        "paths=[python/synthk/scale.py,python/synthk/tiles.py]"]
     assert not (project / "kernels_src/synthk").exists()
 
     proc = vendor_add(project, repo, commit, UPSTREAM_PATHS)

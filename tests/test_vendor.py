@@ -288,7 +288,7 @@ def test_into_family_dir_with_given_license(tmp_path: Path) -> None:
     ((), "no sub-verb; accepted: add, diff, note"),
     (("update",), "unknown sub-verb 'update'; accepted: add, diff, note"),
     (("add", "from={repo}", "comit=HEAD", "upstream=synth", "paths=[a.py]"),
-     "add: unknown key 'comit'; did you mean 'commit'? (accepted: from, commit, upstream, paths, into, url, "
+     "add: unknown key 'comit'; did you mean 'commit'? (accepted: from, commit, upstream, paths, into, base, url, "
      "license, license_file, force)"),
     (("diff", "from={repo}", "--strikt"), "diff: unknown flag --strikt (accepted: --strict, --pinned)"),
     (("add", "from={repo}", "upstream=synth", "paths=[a.py]"), "add: missing commit="),
@@ -592,29 +592,145 @@ def test_add_names_imports_neither_vendored_nor_installed(setup: tuple[Path, Pat
     commit = commit_files(repo, {"kernels/uses.py": USES}, "uses")
     proc = add(project, repo, commit, "into=synthfam", paths="[kernels/uses.py,kernels/util.py]")
     assert proc.returncode == 2, proc.stdout
-    lines = proc.stderr.splitlines()
-    assert lines[:4] == [
+    assert proc.stderr.splitlines() == [
         "farm vendor: error: 3 module(s) imported by the vendored files are neither vendored nor installed "
         "(kernels_src/ is first on the compile's sys.path):",
-        "  - synth_helpers: imported by kernels_src/synthfam/uses.py:7 (upstream kernels/uses.py)",
-        "  - synthfam.siblings: imported by kernels_src/synthfam/uses.py:8 (upstream kernels/uses.py)",
-        "  - nosuch.deep: imported by kernels_src/synthfam/uses.py:20 (upstream kernels/uses.py)"]
-    assert lines[4].startswith("  fix: vendor each one too") and "or install it" in lines[4]
+        "  - synth_helpers: imported by kernels_src/synthfam/uses.py:7 (upstream kernels/uses.py); upstream has no "
+        "file for it",
+        "  - synthfam.siblings: imported by kernels_src/synthfam/uses.py:8 (upstream kernels/uses.py); upstream has "
+        "no file for it",
+        "  - nosuch.deep: imported by kernels_src/synthfam/uses.py:20 in late() (upstream kernels/uses.py); upstream "
+        "has no file for it",
+        "  fix: first write a module of your own at kernels_src/synth_helpers.py, kernels_src/synthfam/siblings.py, "
+        "kernels_src/nosuch/deep.py (or install them into the farm's environment); an import inside a function the "
+        "compile never calls (host-only code) can be a stand-in of your own at that path (docs/adding-a-family.md, "
+        "section 4)"]
     assert not (project / "kernels_src/VENDOR.lock.json").exists()
     assert not (project / "kernels_src/synthfam").exists()
 
     # The project provides synth_helpers itself; siblings.py comes along but imports something missing in turn,
-    # and upstream's own file for it is named.
+    # and upstream's own file for it is named, with an add that brings it (a folder of its own: base=[lib]).
     (project / "kernels_src/synth_helpers.py").write_text("def pack(x):\n    return x\n")
     commit = commit_files(repo, {"kernels/uses.py": USES.replace("\n\ndef late():\n    import nosuch.deep\n", "\n"),
                                  "kernels/siblings.py": "from gone_too import x\n", "lib/gone_too.py": "x = 1\n"},
                           "siblings")
-    proc = add(project, repo, commit, "into=synthfam", paths="[kernels/uses.py,kernels/util.py,kernels/siblings.py]")
+    paths = "[kernels/uses.py,kernels/util.py,kernels/siblings.py]"
+    proc = add(project, repo, commit, "into=synthfam", paths=paths)
     assert proc.returncode == 2, proc.stdout
-    assert proc.stderr.splitlines()[1] == ("  - gone_too: imported by kernels_src/synthfam/siblings.py:1 (upstream "
-                                           "kernels/siblings.py); upstream has lib/gone_too.py")
-
-    commit = commit_files(repo, {"kernels/siblings.py": "X = 1\n"}, "no more gone_too")
-    proc = add(project, repo, commit, "into=synthfam", paths="[kernels/uses.py,kernels/util.py,kernels/siblings.py]")
+    first = f"farm vendor add from={repo} commit={commit} upstream=synth base=[lib] paths=[lib/gone_too.py]"
+    assert proc.stderr.splitlines()[1:] == [
+        "  - gone_too: imported by kernels_src/synthfam/siblings.py:1 (upstream kernels/siblings.py); upstream has "
+        "lib/gone_too.py",
+        f"  fix: vendor upstream's files at the import paths the code uses: {first}; then run this add again"]
+    # The fix works as told.
+    proc = vendor(project, *first.split()[2:])
+    assert proc.returncode == 0, proc.stderr
+    assert (project / "kernels_src/gone_too.py").is_file()
+    proc = add(project, repo, commit, "into=synthfam", paths=paths)
     assert proc.returncode == 0, proc.stderr
     assert (project / "kernels_src/synthfam/siblings.py").is_file()
+
+
+NESTED = {"src/pkg/ops/kernel_a.py": "from pkg.common.tiles import TILE\nfrom pkg.common import shapes\n",
+          "src/pkg/ops/kernel_b.py": "from pkg.common.tiles import TILE\n\n\ndef host():\n    import pkg.bench.timer\n",
+          "src/pkg/common/tiles.py": "TILE = 64\n", "src/pkg/common/shapes.py": "from .tiles import TILE\n",
+          "src/pkg/bench/timer.py": "import gpu_stopwatch\n"}
+
+
+def test_missing_imports_across_folders_name_each_module_once_with_an_add_that_works(
+        setup: tuple[Path, Path, str]) -> None:
+    """Upstream's kernels import its package by absolute name across folders (ops/, common/, bench/): each
+    missing module is one line naming all its importers, and the fix is one add (base=) that puts every file
+    at its import path. Before: one line per import (pkg.common.tiles twice), and a fix of one into= per
+    folder, which no single add can give and separate adds each fail."""
+    project, repo, _ = setup
+    commit = commit_files(repo, NESTED, "nested package")
+    proc = add(project, repo, commit, "into=pkg", paths="[src/pkg/ops/kernel_a.py,src/pkg/ops/kernel_b.py]")
+    assert proc.returncode == 2, proc.stdout
+    one = (f"farm vendor add from={repo} commit={commit} upstream=synth base=[src] paths=[src/pkg/ops/kernel_a.py,"
+           "src/pkg/ops/kernel_b.py,src/pkg/common/tiles.py,src/pkg/common/shapes.py,src/pkg/bench/timer.py]")
+    assert proc.stderr.splitlines() == [
+        "farm vendor: error: 3 module(s) imported by the vendored files are neither vendored nor installed "
+        "(kernels_src/ is first on the compile's sys.path):",
+        "  - pkg.common.tiles: imported by kernels_src/pkg/kernel_a.py:1 (upstream src/pkg/ops/kernel_a.py), "
+        "kernels_src/pkg/kernel_b.py:1 (upstream src/pkg/ops/kernel_b.py); upstream has src/pkg/common/tiles.py",
+        "  - pkg.common: imported by kernels_src/pkg/kernel_a.py:2 (upstream src/pkg/ops/kernel_a.py); "
+        "upstream has src/pkg/common/shapes.py",
+        "  - pkg.bench.timer: imported by kernels_src/pkg/kernel_b.py:5 in host() (upstream src/pkg/ops/kernel_b.py); "
+        "upstream has src/pkg/bench/timer.py",
+        "  fix: first write a module of your own at kernels_src/gpu_stopwatch.py (or install it into the farm's "
+        "environment); then vendor upstream's files at the import paths the code uses (base= keeps each file's "
+        f"path below that folder): {one}; an import inside a function the compile never calls (host-only code) can "
+        "be a stand-in of your own at that path (docs/adding-a-family.md, section 4)"]
+    assert not (project / "kernels_src/pkg").exists()
+
+    # The fix, as told, passes: upstream's layout below src/ is kept.
+    (project / "kernels_src/gpu_stopwatch.py").write_text('"""Stand-in: benchmarks never run in a compile."""\n')
+    proc = vendor(project, *one.split()[2:])
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.relative_to(project / "kernels_src/pkg").as_posix()
+                  for p in (project / "kernels_src/pkg").rglob("*.py")) == [
+        "bench/timer.py", "common/shapes.py", "common/tiles.py", "ops/kernel_a.py", "ops/kernel_b.py"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (("base=[src/pkg/ops]", "paths=[src/pkg/common/tiles.py]"),
+     "paths: src/pkg/common/tiles.py is below none of base=[src/pkg/ops]"),
+    (("base=[../src]", "paths=[src/pkg/common/tiles.py]"), "not a relative path inside the upstream repository"),
+    (("base=[src/pkg/ops,src/pkg]", "paths=[src/pkg/ops/kernel_a.py,src/pkg/common/tiles.py]"),
+     "imported by the vendored files are neither vendored nor installed"),
+])
+def test_bad_base_is_one_clear_error(setup: tuple[Path, Path, str], args: tuple[str, ...], message: str) -> None:
+    project, repo, _ = setup
+    commit = commit_files(repo, NESTED, "nested package")
+    proc = vendor(project, "add", f"from={repo}", f"commit={commit}", "upstream=synth", *args)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not (project / "kernels_src/VENDOR.lock.json").exists()
+
+
+def test_recorded_repository_is_kept_on_an_add_from_another_clone(setup: tuple[Path, Path, str],
+                                                                    tmp_path: Path) -> None:
+    """Before: an add from a local clone of the same upstream replaced the recorded URL with the clone's origin
+    (a path) in the lock, every header and SOURCE.md. Provenance changes only with url=; a checkout of
+    another project is refused."""
+    project, repo, first = setup
+    assert add(project, repo, first).returncode == 0
+    written = {rel: (project / rel).read_text() for rel in (CONSTS_REL, UTIL_REL, "kernels_src/vendor/SOURCE.md",
+                                                             "THIRD_PARTY_LICENSES.md")}
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
+    second = commit_files(clone, {"helpers/consts.py": CONSTS.replace("x * 2", "x * 3")}, "second")
+
+    proc = add(project, clone, second, paths="[helpers/consts.py]")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"kept synth's recorded repository {URL} (the checkout's origin is {repo}; "
+                                  "url= changes it)\n")
+    lock = json.loads((project / "kernels_src/VENDOR.lock.json").read_text())
+    assert lock["upstreams"]["synth"] == {"url": URL}
+    assert f"# repository: {URL}\n" in (project / CONSTS_REL).read_text()
+    assert (project / UTIL_REL).read_text() == written[UTIL_REL]
+    assert f"synth ({URL})" in (project / "kernels_src/vendor/SOURCE.md").read_text()
+    assert str(repo) not in (project / "THIRD_PARTY_LICENSES.md").read_text()
+
+    # Another project under the same upstream name: refused, nothing written.
+    other = tmp_path / "other"
+    other.mkdir()
+    git(other, "init", "-q")
+    git(other, "remote", "add", "origin", "https://example.invalid/other.git")
+    third = commit_files(other, {"helpers/consts.py": CONSTS}, "other project")
+    before = {p: p.read_bytes() for p in (project / "kernels_src").rglob("*") if p.is_file()}
+    proc = add(project, other, third, paths="[helpers/consts.py]")
+    assert proc.returncode == 2
+    commits = ", ".join(c[:12] for c in sorted([first, second]))
+    assert (f"from={other} (origin https://example.invalid/other.git) is not upstream synth's recorded repository "
+            f"{URL}: it holds none of the commits vendored from synth ({commits})") in proc.stderr, proc.stderr
+    assert "say so with url=https://example.invalid/other.git" in proc.stderr
+    assert before == {p: p.read_bytes() for p in (project / "kernels_src").rglob("*") if p.is_file()}
+
+    # The user says the upstream moved: url= records it, in the lock and every header of that upstream.
+    proc = add(project, clone, second, f"url={URL}-moved", paths="[helpers/consts.py]")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"repository of synth: {URL} -> {URL}-moved (url=)\n")
+    assert json.loads((project / "kernels_src/VENDOR.lock.json").read_text())["upstreams"]["synth"] == {
+        "url": f"{URL}-moved"}
+    assert f"# repository: {URL}-moved\n" in (project / UTIL_REL).read_text()

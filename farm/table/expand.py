@@ -75,6 +75,8 @@ def _broken(cfg: FarmConfig, op: Op, rows: list[tuple[str, Row]], failure: SpecF
     what = f"{failure.location(cfg.root)}: {failure.what} (spec module {op.spec} of op {op.name!r}{during})"
     others = [name for name, other in cfg.ops.items() if other.spec != op.spec]
     meanwhile = f"; ops using other spec modules still work, e.g. ops=[{others[0]}]" if others else ""
+    if failure.fix:  # the failure tells its own fix (kernel_modules.py: no such module, a package that breaks)
+        return FarmError(what, failure.fix + meanwhile)
     if failure.what == NO_CHECK_ROW:
         return FarmError(what, "define check_row(knobs) there (raise ValueError for a row it cannot serve)")
     if "did not finish" in failure.what:

@@ -43,15 +43,17 @@ def import_kernel_module(kernels_dir: Path | str, dotted: str) -> ModuleType:
 
 class SpecFailure:
     """A spec module that could not answer: it does not import, lacks check_row, raised something other
-    than ValueError, exited, or ran past the deadline. `file`/`line` locate it when known."""
+    than ValueError, exited, or ran past the deadline. `file`/`line` locate it when known; `fix` is the
+    fix when the failure itself tells it (no such module; a package around the spec that does not import)."""
 
     def __init__(self, module: str, what: str, file: str | None = None, line: int | None = None,
-                 row: int | None = None) -> None:
+                 row: int | None = None, fix: str | None = None) -> None:
         self.module = module
         self.what = what
         self.file = file
         self.line = line
         self.row = row  # index of the row whose check_row call failed
+        self.fix = fix
 
     def location(self, root: Path) -> str:
         """'kernels_src/x/spec.py:12' (relative to `root` when inside it), or the module name."""
@@ -202,13 +204,48 @@ def _failure(module: str, exc: BaseException, root: str, row: int | None = None)
     return {"module": module, "what": _describe(exc), "file": file, "line": line, "row": row}
 
 
+def _shown(root: str, path: str) -> str:
+    return "kernels_src/" + os.path.relpath(path, root).replace(os.sep, "/")
+
+
+def _import_failure(module: str, exc: BaseException, root: str) -> dict:
+    """Why spec module `module` did not import, with the fix when the failure tells it: the module (or a
+    package it is in) does not exist; or a package around it failed in its __init__.py, which runs first."""
+    failure = _failure(module, exc, root)
+    parts = module.split(".")
+    if isinstance(exc, ModuleNotFoundError) and exc.name and (module + ".").startswith(exc.name + "."):
+        path = module_file(root, module)
+        failure.update(file=path, line=None, what=f"no such file (nor {_shown(root, path[:-3])}/__init__.py): "
+                                                   "the spec module does not exist",
+                       fix="create it there, or name an existing module in the op's spec: (its import name "
+                           "under kernels_src/)")
+        return failure
+    inits = {os.path.join(root, *parts[:depth], "__init__.py"): ".".join(parts[:depth])
+             for depth in range(1, len(parts))}
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(os.path.normpath(tb.tb_frame.f_code.co_filename))
+        tb = tb.tb_next
+    package = next((inits[f] for f in frames if f in inits), None)
+    own = {module_file(root, module), os.path.join(root, *parts, "__init__.py")}
+    if package is not None and not own & set(frames):
+        top = parts[0]
+        failure["what"] += f" (raised while package {package}'s __init__.py ran, before the spec module)"
+        failure["fix"] = (f"a spec's packages are imported with it, by every command, in an interpreter of its "
+                          f"own: make kernels_src/{package.replace('.', '/')}/__init__.py import cleanly there, or "
+                          f"keep the spec module out of package {package} (e.g. kernels_src/{top}_farm/spec.py, "
+                          f"then spec: {top}_farm.spec)")
+    return failure
+
+
 def _serve(module: str, rows: list[dict], root: str, imported: dict[str, object]) -> dict:
     """One job: {"rows": [...]} or {"failure": {...}}."""
     if module not in imported:
         try:
             imported[module] = import_kernel_module(root, module)
         except BaseException as exc:  # noqa: BLE001 (anything spec code raises is its failure to report)
-            imported[module] = _failure(module, exc, root)
+            imported[module] = _import_failure(module, exc, root)
     spec = imported[module]
     if isinstance(spec, dict):
         return {"failure": spec}

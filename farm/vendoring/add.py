@@ -2,12 +2,16 @@
 
 Everything is read and checked before anything is written; then the vendored files and the license
 copy are written (each atomically), the lock last but one, and the generated documents last.
+
+Where a file goes: vendor/<upstream>/<upstream path> by default; with into=, <into>/<file name>; with
+base=[folders], its upstream path below the longest of those folders holding it (under <into>/ if given),
+so that a nested upstream package keeps its layout. An upstream's recorded repository URL is provenance:
+a later add keeps it unless url= says otherwise, and refuses a checkout that is plainly another project.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -21,13 +25,14 @@ from farm.vendoring import closure, docs, header
 from farm.vendoring.args import as_bool, as_list
 from farm.vendoring.gitsrc import Checkout, clean_path
 from farm.vendoring.license import FileLicense, LicenseText, resolve
+from farm.vendoring.missing import Attempt, missing_error, placed_by
 from farm.vendoring.project import Project
 
-KEYS = ("from", "commit", "upstream", "paths", "into", "url", "license", "license_file", "force")
+KEYS = ("from", "commit", "upstream", "paths", "into", "base", "url", "license", "license_file", "force")
 log = logging.getLogger(__name__)
 USAGE = ("usage: farm vendor add from=<checkout> commit=<sha> upstream=<name> paths=[<path>,...] "
-         "[into=<dir under kernels_src>] [url=<repository url>] [license=<SPDX id>] [license_file=<path>] "
-         "[force=true]")
+         "[into=<dir under kernels_src>] [base=[<upstream folder>,...]] [url=<repository url>] "
+         "[license=<SPDX id>] [license_file=<path>] [force=true]")
 
 
 @dataclass(frozen=True)
@@ -38,18 +43,38 @@ class Incoming:
     sha256: str
 
 
-def destination(upstream: str, path: str, into: str | None) -> str:
-    """Default: vendor/<upstream>/<upstream path>; with into=: <into>/<file name>."""
-    if into is None:
-        return f"vendor/{upstream}/{path}"
+def _into_dir(into: str) -> str:
     where = PurePosixPath(into.strip().strip("/"))
     if not into.strip().strip("/") or where.is_absolute() or ".." in where.parts or where.as_posix() == ".":
         raise FarmError(f"into={into}: not a directory inside kernels_src/",
                         "e.g. into=rmsnorm (a family directory) or into=vendor/flydsl")
-    return f"{where.as_posix()}/{PurePosixPath(path).name}"
+    return where.as_posix()
 
 
-def _read(checkout: Checkout, commit: str, upstream: str, paths: list[str], into: str | None) -> list[Incoming]:
+def bases_of(value: str | None) -> list[str] | None:
+    """base=[a,b]: upstream folders ('.' for the root) a file keeps its path below; None when not given."""
+    if value is None:
+        return None
+    return sorted({"." if item.strip().strip("/") in ("", ".") else clean_path(item).strip("/")
+                   for item in as_list("base", value)})
+
+
+def destination(upstream: str, path: str, into: str | None, bases: list[str] | None = None) -> str:
+    """Default: vendor/<upstream>/<upstream path>; with into=: <into>/<file name>; with base=: the path below
+    the longest base holding it (under <into>/ when into= is given too)."""
+    if bases is not None:
+        below = placed_by(path, bases)
+        if below is None:
+            raise FarmError(f"paths: {path} is below none of base=[{','.join(bases)}]",
+                            "add its folder to base= (or '.' for the repository root)")
+        return f"{_into_dir(into)}/{below}" if into is not None else below
+    if into is None:
+        return f"vendor/{upstream}/{path}"
+    return f"{_into_dir(into)}/{PurePosixPath(path).name}"
+
+
+def _read(checkout: Checkout, commit: str, upstream: str, paths: list[str], into: str | None,
+          bases: list[str] | None) -> list[Incoming]:
     out: dict[str, Incoming] = {}
     for given in paths:
         path = clean_path(given)
@@ -64,10 +89,10 @@ def _read(checkout: Checkout, commit: str, upstream: str, paths: list[str], into
             text = data.decode("utf-8")
         except UnicodeDecodeError:
             raise FarmError(f"paths: {path} at {commit} is not UTF-8 text", "vendor UTF-8 Python sources") from None
-        rel = destination(upstream, path, into)
+        rel = destination(upstream, path, into, bases)
         if rel in out:
             raise FarmError(f"paths: {out[rel].path} and {path} would both become kernels_src/{rel}",
-                            "vendor them in separate adds with different into=")
+                            "keep their folders with base=, or vendor them in separate adds with different into=")
         out[rel] = Incoming(rel, path, text, sha256_bytes(data))
     return list(out.values())
 
@@ -193,28 +218,10 @@ def _license_lines(items: list[Incoming], licenses: dict[str, FileLicense]) -> l
     return lines
 
 
-def _upstream_candidates(checkout: Checkout, commit: str, module: str) -> list[str]:
-    """Upstream files at `commit` that could be `module` (their path ends like its import path)."""
-    base = module.replace(".", "/")
-    last = base.rsplit("/", 1)[-1]
-    found = checkout.files_named(commit, re.compile(rf"^({re.escape(last)}\.py|__init__\.py)$"))
-    return [p for p in found if any(p == end or p.endswith("/" + end) for end in (base + ".py", base + "/__init__.py"))]
-
-
-def _missing_line(project: Project, checkout: Checkout, commit: str, items: list[Incoming], m: closure.Missing) -> str:
-    upstream_path = next((i.path for i in items if i.rel == m.importer), None)
-    line = f"  - {m.module}: imported by {project.show(m.importer)}:{m.line}"
-    line += f" (upstream {upstream_path})" if upstream_path else ""
-    candidates = _upstream_candidates(checkout, commit, m.module) if not m.module.startswith(".") else []
-    if candidates:
-        into = m.module.replace(".", "/").rsplit("/", 1)[0] if "." in m.module else None
-        line += f"; upstream has {', '.join(candidates)}" + (f" (vendor it with into={into})" if into else "")
-    return line
-
-
-def _check_imports(project: Project, checkout: Checkout, commit: str, items: list[Incoming]) -> None:
+def _check_imports(project: Project, checkout: Checkout, commit: str, items: list[Incoming],
+                   opts: dict[str, str]) -> None:
     """Refuse an add whose files import a module that would be neither under kernels_src/ nor installed:
-    every compile of the family would fail on it, long after the add (see closure.py)."""
+    every compile of the family would fail on it, long after the add (see closure.py; the error: missing.py)."""
     tree = closure.Tree(project.kernels_dir, {item.rel: item.text for item in items})
     try:
         missing = closure.missing_imports(tree, [item.rel for item in items], [project.root, project.kernels_dir])
@@ -223,12 +230,33 @@ def _check_imports(project: Project, checkout: Checkout, commit: str, items: lis
                         "cannot be checked", "vendor Python sources this interpreter parses") from None
     log.debug("import closure checked: %d file(s) under %s", len(tree.incoming), project.kernels_dir)
     if missing:
-        lines = [_missing_line(project, checkout, commit, items, m) for m in missing]
-        raise FarmError(f"{len(missing)} module(s) imported by the vendored files are neither vendored nor installed "
-                        "(kernels_src/ is first on the compile's sys.path):\n" + "\n".join(lines),
-                        "vendor each one too, in this add's paths= with an into= that gives it that import path; "
-                        "or install it into the farm's environment; or first put a module of your own at that "
-                        "import path under kernels_src/")
+        raise missing_error(Attempt(project, checkout, commit, opts, {item.path: item.rel for item in items},
+                                    {item.rel: item.text for item in items}), missing)
+
+
+def _repository(data: Lock, upstream: str, checkout: Checkout, given: str | None) -> tuple[str, str | None]:
+    """The repository URL to record for `upstream`, and a line telling how it relates to what was recorded.
+
+    Recorded provenance changes only when the user says so (url=). Without url=, an upstream already recorded
+    keeps its URL when the checkout's origin differs (a local clone, a mirror) as long as the checkout holds
+    a commit vendored from it; a checkout holding none of them is another project, and the add is refused."""
+    recorded = data["upstreams"].get(upstream, {}).get("url")
+    origin = checkout.origin_url() or str(checkout.path)
+    if given and given.strip():
+        url = given.strip()
+        changed = recorded is not None and recorded != url
+        return url, f"repository of {upstream}: {recorded} -> {url} (url=)" if changed else None
+    if recorded is None or recorded == origin:
+        return recorded or origin, None
+    commits = sorted({rec["commit"] for rec in data["files"].values() if rec["upstream"] == upstream})
+    if commits and not any(checkout.has_commit(c) for c in commits):
+        shown = ", ".join(c[:12] for c in commits)
+        raise FarmError(f"from={checkout.path} (origin {origin}) is not upstream {upstream}'s recorded repository "
+                        f"{recorded}: it holds none of the commits vendored from {upstream} ({shown})",
+                        f"point from= at a clone of {recorded}; vendor another project under another upstream= "
+                        f"name; or, if {upstream} now lives at {origin}, say so with url={origin}")
+    return recorded, f"kept {upstream}'s recorded repository {recorded} (the checkout's origin is {origin}; " \
+                     "url= changes it)"
 
 
 def add(project: Project, opts: dict[str, str]) -> int:
@@ -238,14 +266,15 @@ def add(project: Project, opts: dict[str, str]) -> int:
     force = as_bool("force", opts.get("force"))
     checkout = Checkout(Path(opts["from"]))
     commit = checkout.resolve(opts["commit"])
-    items = _read(checkout, commit, upstream, as_list("paths", opts["paths"]), opts.get("into"))
+    items = _read(checkout, commit, upstream, as_list("paths", opts["paths"]), opts.get("into"),
+                  bases_of(opts.get("base")))
     data = vendored.load(project.kernels_dir)
     dropped = {item.rel for item in items if _check_overwrite(project, data, item, upstream, force)}
     # Each file's own license, told before anything is written (an error leaves everything as it was).
     licenses = {i.rel: resolve(checkout, commit, i.path, i.text, opts.get("license"), opts.get("license_file"))
                 for i in items}
-    _check_imports(project, checkout, commit, items)
-    url = (opts.get("url") or "").strip() or checkout.origin_url() or str(checkout.path)
+    _check_imports(project, checkout, commit, items, opts)
+    url, provenance = _repository(data, upstream, checkout, opts.get("url"))
 
     keep = {item.rel for item in items}
     known_texts = dict(data["license_texts"])
@@ -282,7 +311,7 @@ def add(project: Project, opts: dict[str, str]) -> int:
     _remove_owned(project, [g for g in gone if g not in texts], known_texts)
     vendored.save(project.kernels_dir, data)
     changed = docs.write_all(project.root, project.kernels_dir, data)
-    for line in report:
+    for line in ([provenance] if provenance else []) + report:
         print(line)
     for line in _license_lines(items, licenses):
         print(line)

@@ -32,6 +32,8 @@ class Missing:
     module: str  # dotted name as the import asks for it
     importer: str  # the importing file, relative to kernels_src/
     line: int
+    function: str | None = None  # the function the import is in (it runs only when that runs); None: module level
+    names: tuple[str, ...] = ()  # `from module import a, b`: a, b (one may be a submodule of the missing package)
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class _Import:
     module: str  # absolute dotted name (relative imports resolved)
     names: tuple[str, ...]  # for `from module import a, b`: a, b (may be submodules); () for `import module`
     line: int
+    function: str | None = None  # the innermost function the import is in
 
 
 class Tree:
@@ -120,32 +123,33 @@ def _imports(tree: ast.AST, rel: str) -> list[_Import]:
     """The file's required imports (optional ones left out), relative ones made absolute."""
     found: list[_Import] = []
 
-    def visit(node: ast.AST, optional: bool) -> None:
+    def visit(node: ast.AST, optional: bool, function: str | None) -> None:
         if isinstance(node, ast.Import) and not optional:
-            found.extend(_Import(alias.name, (), node.lineno) for alias in node.names)
+            found.extend(_Import(alias.name, (), node.lineno, function) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and not optional:
-            found.append(_from_import(node, rel))
+            found.append(_from_import(node, rel, function))
+        inner = node.name if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
         for child in ast.iter_child_nodes(node):
             # A guarded import and its fallback in the handler are both optional: the file runs without them.
             guarded = optional or (isinstance(node, ast.Try) and (child in node.body or child in node.handlers)
                                    and _optional_try(node)) \
                 or (isinstance(node, ast.If) and child in node.body and _type_checking(node))
-            visit(child, guarded)
+            visit(child, guarded, inner)
 
-    visit(tree, False)
+    visit(tree, False, None)
     return found
 
 
-def _from_import(node: ast.ImportFrom, rel: str) -> _Import:
+def _from_import(node: ast.ImportFrom, rel: str, function: str | None) -> _Import:
     names = tuple(a.name for a in node.names if a.name != "*")
     if not node.level:
-        return _Import(node.module or "", names, node.lineno)
+        return _Import(node.module or "", names, node.lineno, function)
     package = _package_of(rel)
     if node.level - 1 > len(package) or (node.level - 1 == len(package) and not node.module):
         # Beyond the top of kernels_src/: the compile would raise "attempted relative import beyond top-level".
-        return _Import("." * node.level + (node.module or ""), names, node.lineno)
+        return _Import("." * node.level + (node.module or ""), names, node.lineno, function)
     base = package[: len(package) - (node.level - 1)]
-    return _Import(".".join(base + ([node.module] if node.module else [])), names, node.lineno)
+    return _Import(".".join(base + ([node.module] if node.module else [])), names, node.lineno, function)
 
 
 def _bound_names(text: str) -> set[str] | None:
@@ -199,7 +203,7 @@ class _Walk:
     def check(self, item: _Import, importer: str) -> list[Missing]:
         kind = self.resolve(item.module)
         if kind is None:
-            return [Missing(item.module, importer, item.line)]
+            return [Missing(item.module, importer, item.line, item.function, item.names)]
         if kind in ("installed", "module") or not item.names:
             return []
         bound: set[str] | None = set()  # a namespace package binds no names: only its submodules import
@@ -209,7 +213,7 @@ class _Walk:
         for name in item.names:
             sub = f"{item.module}.{name}"
             if self.resolve(sub) is None and bound is not None and name not in bound:
-                missing.append(Missing(sub, importer, item.line))  # neither a submodule nor a name it defines
+                missing.append(Missing(sub, importer, item.line, item.function))  # no submodule, no name it binds
         return missing
 
 

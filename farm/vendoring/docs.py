@@ -87,6 +87,16 @@ def render_licenses(root: Path, kernels_dir: Path, lock: Lock) -> str:
     return "\n".join(lines)
 
 
+def top_of(rel: str) -> str:
+    """The kernels_src/ folder whose SOURCE.md lists a vendored file: its first folder; "" for a file at the
+    top of kernels_src/ (a top-level module, placed there by base=), listed in kernels_src/SOURCE.md."""
+    return rel.split("/")[0] if "/" in rel else ""
+
+
+def source_md(kernels_dir: Path, top: str) -> Path:
+    return kernels_dir / top / "SOURCE.md" if top else kernels_dir / "SOURCE.md"
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -95,11 +105,11 @@ def render_section(lock: Lock, top: str, root: Path, kernels_dir: Path) -> str:
     ks = shown(root, kernels_dir)
     rows = []
     for rel, rec in sorted(lock["files"].items()):
-        if rel.split("/")[0] != top:
+        if top_of(rel) != top:
             continue
         up = lock["upstreams"][rec["upstream"]]
         mods = "; ".join(_cell(m["why"]) for m in rec.get("modifications", [])) or "none"
-        rows.append(f"| `{rel[len(top) + 1:]}` | {rec['upstream']} ({up['url']}) | `{rec['path']}` "
+        rows.append(f"| `{rel[len(top) + 1:] if top else rel}` | {rec['upstream']} ({up['url']}) | `{rec['path']}` "
                     f"| `{rec['commit']}` | {_cell(rec['license']['id'])} | {mods} |")
     return "\n".join([
         BEGIN,
@@ -119,7 +129,7 @@ def render_section(lock: Lock, top: str, root: Path, kernels_dir: Path) -> str:
 def with_section(existing: str | None, section: str, top: str) -> str:
     """`existing` SOURCE.md text with its generated section replaced (or appended; or a new file)."""
     if existing is None:
-        return f"# {top}: vendored upstream sources\n\n{section}"
+        return f"# {top or 'kernels_src'}: vendored upstream sources\n\n{section}"
     start, end = existing.find(BEGIN), existing.find(END)
     if 0 <= start < end:
         return existing[:start] + section + existing[end + len(END):].lstrip("\n")
@@ -129,8 +139,8 @@ def with_section(existing: str | None, section: str, top: str) -> str:
 def write_all(root: Path, kernels_dir: Path, lock: Lock) -> list[Path]:
     """Rewrite THIRD_PARTY_LICENSES.md and the SOURCE.md sections; the paths whose bytes changed."""
     wanted: dict[Path, str] = {root / LICENSES_NAME: render_licenses(root, kernels_dir, lock)}
-    for top in sorted({rel.split("/")[0] for rel in lock["files"]}):
-        path = kernels_dir / top / "SOURCE.md"
+    for top in sorted({top_of(rel) for rel in lock["files"]}):
+        path = source_md(kernels_dir, top)
         existing = path.read_text(encoding="utf-8") if path.is_file() else None
         wanted[path] = with_section(existing, render_section(lock, top, root, kernels_dir), top)
     changed = []
