@@ -12,6 +12,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import tilek_family
 from conftest import run_farm, small_copy
 from test_vendor import MIT, commit_files, git
 
@@ -113,7 +114,7 @@ def make_upstream(where: Path) -> tuple[Path, str]:
 
 
 def vendor_add(project: Path, repo: Path, commit: str, paths: str) -> subprocess.CompletedProcess:
-    return run_farm(project, "vendor", "add", f"from={repo}", f"commit={commit}", "upstream=synthk", "into=synthk",
+    return run_farm(project, "vendor", "add", f"from={repo}", f"commit={commit}", "upstream=synthk", "base=[python]",
                     f"paths={paths}")
 
 
@@ -180,3 +181,59 @@ def test_import_closure_of_packages_and_relative_imports(tmp_path: Path) -> None
                              "from open import anything\nfrom fam import gone\nfrom ... import x\n")}
     found = [(m.module, m.importer, m.line) for m in missing_imports(Tree(kernels, incoming), ["fam/k.py"], [])]
     assert found == [("pkg.nothere", "fam/k.py", 2), ("fam.gone", "fam/k.py", 4), ("...", "fam/k.py", 5)]
+
+
+def test_a_third_party_family_end_to_end(tmp_path: Path) -> None:
+    """docs/adding-a-family.md on a family unlike this project's (tests/tilek_family.py): a nested upstream
+    package vendored with base=, a host-only import met with a stand-in of our own, a launcher that is a class,
+    pointer arguments, and LLVM options in the kernel's compile hints. Before: there was no base=, the add's
+    fix could not be followed (one into= per folder), and every row failed (the launcher is no @flyc.jit
+    function; options were refused)."""
+    project = small_copy(tmp_path / "proj")
+    repo, commit = tilek_family.make_upstream(tmp_path)
+
+    def vendor(*args: str) -> subprocess.CompletedProcess:
+        return run_farm(project, "vendor", "add", f"from={repo}", f"commit={commit}", "upstream=tilek", *args)
+
+    # As section 4 shows: the kernel alone names each missing module once, and a fix that keeps upstream's
+    # folders (base=). The benchmark's timer is host-only: a stand-in of our own instead of upstream's, which
+    # needs a profiler nobody installs.
+    proc = vendor("base=[python]", "paths=[python/tilek/ops/axpy.py]")
+    assert proc.returncode == 2, proc.stdout
+    assert ("  - tilek.testing.timer: imported by kernels_src/tilek/ops/axpy.py:48 in benchmark() "
+            "(upstream python/tilek/ops/axpy.py); upstream has python/tilek/testing/timer.py") in proc.stderr
+    assert "base=[python] paths=[python/tilek/ops/axpy.py,python/tilek/common/layout.py," in proc.stderr
+    stand_in = project / "kernels_src/tilek/testing/timer.py"
+    stand_in.parent.mkdir(parents=True)
+    stand_in.write_text('"""Stand-in for tilek\'s host-only GPU timer: a compile never calls it."""\n\n\n'
+                        "def gpu_time(launcher, n):\n    raise RuntimeError('host-only: not in the farm')\n")
+    paths = "paths=[python/tilek/__init__.py,python/tilek/ops/axpy.py,python/tilek/common/layout.py]"
+    proc = vendor("base=[python]", paths)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(json.loads((project / "kernels_src/VENDOR.lock.json").read_text())["files"]) == [
+        "tilek/__init__.py", "tilek/common/layout.py", "tilek/ops/axpy.py"]
+
+    (project / "kernels_src/tilek_farm").mkdir()
+    (project / "kernels_src/tilek_farm/spec.py").write_text(tilek_family.SPEC)
+    (project / "kernels_src/tilek_farm/generator.py").write_text(tilek_family.GENERATOR)
+    (project / "conf/op/axpy.yaml").write_text(tilek_family.OP)
+    proc = run_farm(project, "expand", "ops=[axpy]", check=True)
+    assert "axpy: 2 rows (gfx942 2)" in proc.stdout
+
+    run_farm(project, "build", "ops=[axpy]", "targets=[gfx942]", check=True)
+    out = project / "outputs/axpy/gfx942"
+    entries = {e["name"]: e for e in json.loads((out / "manifest.json").read_text())["objects"]}
+    assert sorted(entries) == ["axpy_f32_u4_default", "axpy_f32_u4_no-post-misched"]
+    # The option reached LLVM's codegen: the two rows differ only by it, and so do their objects.
+    assert entries["axpy_f32_u4_default"]["sha256"] != entries["axpy_f32_u4_no-post-misched"]["sha256"]
+    assert sorted(entries["axpy_f32_u4_default"]["inputs"]["sources"]) == [
+        "tilek/__init__.py", "tilek/common/layout.py", "tilek/ops/axpy.py", "tilek_farm/generator.py",
+        "tilek_farm/spec.py"]
+    assert [k["name"] for k in entries["axpy_f32_u4_default"]["kernels"]] == ["axpy_kernel_0"]
+
+    proc = run_farm(project, "check", "ops=[axpy]", "targets=[gfx942]")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = run_farm(project, "build", "ops=[axpy]", "targets=[gfx942]", check=True)
+    assert "built 0, failed 0, up to date 2" in proc.stdout + proc.stderr
+    proc = run_farm(project, "vendor", "diff", f"from={repo}", "--strict")
+    assert proc.returncode == 0 and proc.stdout.endswith("3 file(s): 3 clean\n"), proc.stdout
