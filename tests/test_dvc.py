@@ -20,6 +20,8 @@ from conftest import REPO, SMALL_ROWS_PER_TARGET, last_line, run_farm, small_cop
 
 SEL = "targets=[gfx942]"
 TARGET_DIR = "rmsnorm/gfx942"
+# The small project builds one directory of a table that has many (every op's): publishing it is partial.
+PARTIAL = "--partial"
 BUCKET = "farm-objects"
 # Dummy credentials: the secret must never show up in any output or file the farm writes.
 SECRET = "farm-test-secret-" + secrets.token_hex(8)
@@ -152,7 +154,7 @@ def s3_args(endpoint: str, prefix: str) -> list[str]:
 def published(src: Path, s3: str, env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A clone of the build, published to s3://BUCKET/pub (its outputs.dvc is what git would carry)."""
     project = clone(src, tmp_path_factory.mktemp("dvc-pub"), outputs=True, published=False)
-    proc = run_farm(project, "push", SEL, *s3_args(s3, "pub"), env=env)
+    proc = run_farm(project, "push", PARTIAL, SEL, *s3_args(s3, "pub"), env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "first publication of outputs/ (no previous outputs.dvc): 8 files added" in proc.stdout
     assert last_line(proc.stdout).startswith("published outputs.dvc: md5 ")
@@ -202,24 +204,29 @@ def test_status_names_missing_directory_and_its_pull_command(published: Path, s3
 def test_blob_corrupted_on_the_remote_is_detected_on_pull(src: Path, s3: str, env: dict[str, str],
                                                           tmp_path: Path) -> None:
     pusher = clone(src, tmp_path / "pusher", outputs=True, published=False)
-    assert run_farm(pusher, "push", SEL, *s3_args(s3, "bad"), env=env).returncode == 0
+    assert run_farm(pusher, "push", PARTIAL, SEL, *s3_args(s3, "bad"), env=env).returncode == 0
     victim = f"{TARGET_DIR}/rmsnorm_bf16_train_n2560.hsaco"
     md5 = blob_of(pusher, victim)
     s3_tool(env, s3, "flip", BUCKET, f"bad/files/md5/{md5[:2]}/{md5[2:]}")
 
-    # DVC re-hashes what it downloads (remote.verify, on by default): the blob is named, nothing checked out.
+    # DVC re-hashes what it downloads (remote.verify, on by default): one line names the blob and where it
+    # is, nothing is checked out.
     fresh = clone(pusher, tmp_path / "fresh", outputs=False, published=True)
     proc = run_farm(fresh, "pull", SEL, *s3_args(s3, "bad"), env=env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert f"CORRUPT outputs/{victim}: the remote's copy is missing or does not hash" in proc.stdout
-    assert f"s3://{BUCKET}/bad/files/md5/{md5[:2]}/{md5[2:]}" in proc.stdout
-    assert not (fresh / "outputs" / victim).exists()
+    [line] = [x for x in proc.stderr.splitlines() if x.startswith("farm pull: ")]
+    assert line.startswith("farm pull: 1 of 8 files of outputs.dvc are in neither the local DVC cache")
+    assert f"outputs/{victim} (blob s3://{BUCKET}/bad/files/md5/{md5[:2]}/{md5[2:]})" in line
+    assert "outputs/ was left as it was" in line
+    assert not (fresh / "outputs").exists()
 
-    # With DVC told to trust the remote, the bytes arrive and the farm's own check names the object.
+    # Told to trust the remote, DVC keeps the bad bytes in its cache; the pull re-hashes every blob before it
+    # checks anything out, so the object is still named and nothing is checked out.
     trusting = clone(pusher, tmp_path / "trusting", outputs=False, published=True)
     proc = run_farm(trusting, "pull", SEL, *s3_args(s3, "bad"), "remote.verify=false", env=env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert f"DRIFT {trusting / 'outputs' / victim}: SHA256/size differ" in proc.stdout
+    assert f"outputs/{victim} (blob s3://" in proc.stderr and "1 of 8 files" in proc.stderr
+    assert not (trusting / "outputs").exists()
 
 
 def test_push_of_a_tampered_tree_is_refused(src: Path, s3: str, env: dict[str, str], tmp_path: Path) -> None:
@@ -238,7 +245,7 @@ def test_local_default_remote_round_trip_and_change_report(src: Path, env: dict[
     project = clone(src, tmp_path / "p", outputs=True, published=False)
     before = run_farm(project, "status", SEL, env=env)
     assert before.returncode == 1 and "NOT PUBLISHED: outputs.dvc does not exist" in before.stdout
-    assert run_farm(project, "push", SEL, env=env).returncode == 0
+    assert run_farm(project, "push", PARTIAL, SEL, env=env).returncode == 0
     assert (project / ".farm" / "dvc-remote" / "files" / "md5").is_dir()  # conf/remote/local.yaml's url
     assert "analytics = False" in (project / ".dvc" / "config").read_text()
 
@@ -266,8 +273,9 @@ def test_local_default_remote_round_trip_and_change_report(src: Path, env: dict[
     status = run_farm(project, "status", SEL, env=env)
     assert status.returncode == 1
     assert f"UNPUBLISHED outputs/{TARGET_DIR}/: checks clean but differs from outputs.dvc (0 added, 2 changed, " \
-           f"2 removed; 6 files here, 8 in outputs.dvc); fix: `farm push ops=[rmsnorm] {SEL}`" in status.stdout
-    push = run_farm(project, "push", SEL, env=env)
+           f"2 removed; 6 files here, 8 in outputs.dvc); fix: `farm push {PARTIAL} ops=[rmsnorm] {SEL}`" \
+           in status.stdout
+    push = run_farm(project, "push", PARTIAL, SEL, env=env)
     assert push.returncode == 0, push.stdout + push.stderr
     lines = push.stdout.splitlines()
     for mark, name in (("-", "rmsnorm_bf16_train_n16384.hsaco"), ("-", "rmsnorm_f16_f32gamma_train_n16384.hsaco"),
@@ -301,11 +309,13 @@ def test_unreachable_s3_endpoint_on_push_is_one_line(src: Path, env: dict[str, s
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again: nothing listens there
-    proc = run_farm(project, "push", SEL, *s3_args(f"http://127.0.0.1:{port}", "nowhere"), env=env)
+    proc = run_farm(project, "push", PARTIAL, SEL, *s3_args(f"http://127.0.0.1:{port}", "nowhere"), env=env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert "Traceback" not in proc.stderr and "\x1b[" not in proc.stderr  # no terminal codes: not a terminal
     failure = [line for line in proc.stderr.splitlines() if line.startswith("farm push: dvc push to")]
     assert len(failure) == 1 and f"127.0.0.1:{port}" in failure[0] and "reachable" in failure[0]
+    # A push that fails writes none of the three files git carries (here: there were none).
+    assert not any((project / name).exists() for name in ("outputs.dvc", "outputs.sha256", "outputs.code.sha256"))
     no_secret_anywhere(proc.stdout, proc.stderr)
 
 
@@ -338,7 +348,7 @@ def test_push_after_partial_build_reports_not_built_not_drift(src: Path, env: di
 
     # The printed command is the fix: it builds the rest, and the directory is published.
     run_farm(project, *fix_command(line, "build them:"), check=True)
-    proc = run_farm(project, "push", SEL, env=env)
+    proc = run_farm(project, "push", PARTIAL, SEL, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert tree_bytes(project / "outputs") == tree_bytes(src / "outputs")
 
@@ -364,7 +374,7 @@ def test_status_before_first_push_does_not_contradict_itself(src: Path, env: dic
     assert proc.returncode == 1, proc.stdout + proc.stderr
     line = next(x for x in proc.stdout.splitlines() if x.startswith(f"UNPUBLISHED outputs/{TARGET_DIR}/"))
     assert line == (f"UNPUBLISHED outputs/{TARGET_DIR}/: checks clean but differs from outputs.dvc (8 added, "
-                    "0 changed, 0 removed; 8 files here, 0 in outputs.dvc); fix: `farm push ops=[rmsnorm] "
+                    f"0 changed, 0 removed; 8 files here, 0 in outputs.dvc); fix: `farm push {PARTIAL} ops=[rmsnorm] "
                     f"{SEL}`")
     added, here = re.search(r"\((\d+) added, .* (\d+) files here", line).groups()
     assert added == here
@@ -377,15 +387,25 @@ def test_status_before_first_push_does_not_contradict_itself(src: Path, env: dic
     assert last_line(proc.stdout) == "status: 1 directories, everything matches outputs.dvc and instances/"
 
 
-def test_absent_directory_is_a_warning_naming_its_command(src: Path, env: dict[str, str], tmp_path: Path) -> None:
-    """Before: a selected directory that was never built made push refuse (manifest.json missing: DRIFT)."""
+def test_absent_directories_are_published_only_on_purpose(src: Path, env: dict[str, str], tmp_path: Path) -> None:
+    """Before: a push from a tree lacking directories of the table exited 0 with a warning per directory and
+    dropped them from outputs.dvc and their lines from outputs.sha256. Now it refuses unless --partial says so,
+    naming what the published listing lacks (a count and the first few)."""
     project = clone(src, tmp_path / "p", outputs=True, published=False)
     both = "targets=[gfx942,gfx90a]"
     proc = run_farm(project, "push", both, env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    refusal = last_line(proc.stdout)
+    assert refusal.startswith("refusing to publish: outputs/ lacks ") and "rmsnorm/gfx90a" in refusal
+    assert "(-v lists all)" in refusal and f"`farm push {PARTIAL} ops=[rmsnorm] {both}`" in refusal
+    assert not (project / "outputs.dvc").exists() and not (project / "outputs.sha256").exists()
+    everything = run_farm(project, "push", "-v", both, env=env)
+    assert "(-v lists all)" not in last_line(everything.stdout) and "sdpa_rdna/gfx12-generic" in everything.stdout
+
+    proc = run_farm(project, "push", PARTIAL, both, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    # Warnings are log records (stderr); the report on stdout ends with what was published.
-    assert ("WARNING outputs/rmsnorm/gfx90a/ is absent (6 rows): not published; "
-            "build it: `farm build ops=[rmsnorm] targets=[gfx90a]`") in proc.stderr.splitlines()
+    said = next(x for x in proc.stdout.splitlines() if x.startswith(f"partial publication ({PARTIAL}): "))
+    assert "outputs.dvc lists 1 of the table's " in said and "rmsnorm/gfx90a" in said
     assert last_line(proc.stdout).startswith("published outputs.dvc: md5 ")
 
     fresh = clone(project, tmp_path / "fresh", outputs=False, published=True)
@@ -398,10 +418,11 @@ def test_absent_directory_is_a_warning_naming_its_command(src: Path, env: dict[s
 
     # A published directory that is absent here: the warning names the pull that brings it back.
     shutil.rmtree(fresh / "outputs" / TARGET_DIR)
-    proc = run_farm(fresh, "push", SEL, remote, env=env)
+    proc = run_farm(fresh, "push", PARTIAL, SEL, remote, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert (f"WARNING outputs/{TARGET_DIR}/ is absent (6 rows): not published; it is in the previous outputs.dvc, "
-            f"and this push drops it; to keep it: `farm pull {remote}`, then `farm push`") in proc.stderr
+    assert (f"WARNING 1 directories of the previous outputs.dvc are absent here, and this push drops them from "
+            f"it: outputs/{TARGET_DIR}/; to keep them: `farm pull {remote}`, then `farm push {PARTIAL} {remote}`"
+            ) in proc.stderr
 
 
 # ------------------------------------------------------------------ fix commands name the remote as Hydra chose it

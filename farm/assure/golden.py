@@ -10,6 +10,7 @@ The file lives beside the tree it describes: `<outputs_dir>.sha256`, like DVC's 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,15 +69,25 @@ def render(digests: dict[str, str]) -> str:
     return "".join(f"{sha}  {rel}\n" for rel, sha in sorted(digests.items()))
 
 
-def tree_digests(out: Path) -> dict[str, str]:
-    """SHA256 of every file of the tree, by relative path; anything but <op>/<target>/<file> is refused."""
+def op_of(rel: str) -> str:
+    """The op a golden line's path belongs to (its first part)."""
+    return rel.split("/", 1)[0]
+
+
+def tree_digests(out: Path, ops: Collection[str] | None = None) -> dict[str, str]:
+    """SHA256 of every file of the tree (only under <op>/ of `ops`, when given), by path relative to the
+    tree; anything but <op>/<target>/<file> is refused."""
+    roots = [out] if ops is None else [out / op for op in sorted(ops)]
     digests: dict[str, str] = {}
-    for path in sorted(out.rglob("*")):
-        rel = path.relative_to(out).as_posix()
-        if path.is_symlink() or (path.is_file() and not _path_ok(rel)):
-            raise FarmError(f"{path}: not a file the farm writes", f"remove it, then {FIX}")
-        if path.is_file():
-            digests[rel] = sha256_file(path)
+    for root in roots:
+        if root != out and (root.is_symlink() or (root.exists() and not root.is_dir())):
+            raise FarmError(f"{root}: not a file the farm writes", f"remove it, then {FIX}")
+        for path in sorted(root.rglob("*")):
+            rel = path.relative_to(out).as_posix()
+            if path.is_symlink() or (path.is_file() and not _path_ok(rel)):
+                raise FarmError(f"{path}: not a file the farm writes", f"remove it, then {FIX}")
+            if path.is_file():
+                digests[rel] = sha256_file(path)
     return digests
 
 

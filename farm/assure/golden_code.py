@@ -54,6 +54,28 @@ def render(code: dict[str, str]) -> str:
     return "".join(f"{sha}  {PACKAGE}/{rel}\n" for rel, sha in sorted(code.items()))
 
 
+def load_code(path: Path) -> dict[str, str]:
+    """The recorded farm files of `path` ({} when there is none), by name relative to the farm package, as
+    `recorded_code` gives them; a line that is not one is an error."""
+    if not path.is_file():
+        return {}
+    found: dict[str, str] = {}
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        match = LINE.match(line)
+        rel = match["path"].removeprefix(f"{PACKAGE}/") if match else None
+        if not match or rel is None or rel == match["path"] or not farm_path_ok(rel) or rel in found:
+            raise FarmError(f"{path}:{lineno}: not a `sha256sum` line for a farm file: {line[:120]!r}", FIX)
+        found[rel] = match["sha"]
+    return found
+
+
+def merge(kept: dict[str, str], new: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The farm files recorded by golden lines that are kept (`kept`) and by the manifests recorded now
+    (`new`), and the files the two record with different hashes (then no one file can say both)."""
+    clashes = sorted(f"{PACKAGE}/{rel}" for rel in kept.keys() & new.keys() if kept[rel] != new[rel])
+    return {**kept, **new}, clashes
+
+
 def stale(path: Path, project: Path) -> list[str]:
     """One line per farm file listed in `path` whose checked-out bytes differ from the recorded hash (or
     that is gone, or a line that is not one); the file is data: each name is checked before it is read."""

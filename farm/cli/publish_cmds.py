@@ -14,19 +14,23 @@ def cmd_golden(inv: Invocation) -> int:
     """farm golden: record outputs.sha256 (and outputs.dvc) from a complete, clean tree."""
     cfg = load(inv.words)
     rows, every = selected_rows(cfg)
-    return seal_golden(cfg, rows, every, sys.stdout)
+    return seal_golden(cfg, rows, every, sys.stdout, everything=bool(inv.verbose))
+
+
+def _flags(inv: Invocation) -> set[str]:
+    """The verb's flags; the publish code reads its own spelling of "say more" (-v lists every name)."""
+    return set(inv.flags) | ({"--verbose"} if inv.verbose else set())
 
 
 def cmd_push(inv: Invocation) -> int:
-    return push(load(inv.words), set(inv.flags))
+    return push(load(inv.words), _flags(inv))
 
 
 def cmd_pull(inv: Invocation) -> int:
     cfg = load(inv.words)
     require_writable(cfg, reports=False)  # the pull checks out into outputs_dir
-    return pull(cfg, set(inv.flags))
+    return pull(cfg, _flags(inv))
 
 
 def cmd_status(inv: Invocation) -> int:
-    # The publish code reads its own spelling of "say more".
-    return status(load(inv.words), set(inv.flags) | ({"--verbose"} if inv.verbose else set()))
+    return status(load(inv.words), _flags(inv))

@@ -67,10 +67,18 @@ VERBS: tuple[Verb, ...] = (
     Verb("pin", "farm.cli.build_cmds:cmd_pin",
          "move the toolchain pin to what is installed (rebuilds everything)"),
     Verb("golden", "farm.cli.publish_cmds:cmd_golden",
-         "record outputs.sha256 (+ outputs.dvc) from a complete, clean tree; commit them"),
-    Verb("push", "farm.cli.publish_cmds:cmd_push", "publish outputs/ with DVC (after farm check)"),
+         "record outputs.sha256 (+ outputs.dvc) from a complete, clean tree; commit them",
+         details="ops=[A,B] replaces the lines of A and B and keeps every other line; outputs.dvc is written only "
+                 "when outputs/ is the whole table and exactly what outputs.sha256 records."),
+    Verb("push", "farm.cli.publish_cmds:cmd_push", "publish outputs/ with DVC (after farm check)",
+         flags=(Flag(("--partial",), "publish outputs/ although it lacks directories of the table (the published "
+                                     "listing lacks them; outputs.sha256 keeps their lines)"),),
+         details="-v lists every name where a report gives the first few."),
     Verb("pull", "farm.cli.publish_cmds:cmd_pull", "fetch outputs/ with DVC and check it",
-         flags=(Flag(("--force",), "let the checkout overwrite local changes in outputs/"),)),
+         flags=(Flag(("--force",), "replace local changes in outputs/ with the published copy, removing files it "
+                                   "lacks (only once every published file is in hand and verified)"),),
+         details="Nothing in outputs/ changes unless the listing and every file of outputs.dvc are in the local "
+                 "DVC cache and verify. -v lists every name where a report gives the first few."),
     Verb("status", "farm.cli.publish_cmds:cmd_status",
          "does outputs/ match outputs.dvc and the instance table? the fixing command",
          details="-v adds a line for every directory that matches."),

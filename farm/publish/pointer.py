@@ -1,4 +1,4 @@
-"""outputs.dvc, the pointer git carries: read what it records, rewrite it with `dvc add`, put it back."""
+"""outputs.dvc, the pointer git carries: read what it records, rewrite it with `dvc add`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pathlib import Path
 import yaml
 from dvc.exceptions import DvcException
 
-from farm.core.atomic import write_bytes_atomic
 from farm.core.errors import FarmError
 from farm.publish.repo import open_repo, paths
 from farm.restore.remote import remote_of, scrub
@@ -48,10 +47,3 @@ def record_pointer(cfg: FarmConfig) -> Pointer:
                             "fix or remove .dvc/ (the farm recreates it), then run the command again") from None
     return read_pointer(cfg.root / where.pointer)
 
-
-def restore_pointer(pointer: Path, old_text: bytes | None) -> None:
-    """Put the pointer back as it was before a refused publication (absent if there was none)."""
-    if old_text is None:
-        pointer.unlink(missing_ok=True)
-    else:
-        write_bytes_atomic(pointer, old_text)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from farm.assure.check import check
 from farm.publish.commands import build_command, command, remote_args, selection_args
+from farm.publish.in_hand import listing, remote_has
 from farm.publish.pointer import read_pointer
 from farm.publish.repo import Granular, granular, local_listing, open_repo, paths
 from farm.publish.survey import Directory, DirKey, dir_of, survey
@@ -41,24 +42,37 @@ def status(cfg: FarmConfig, flags: set[str]) -> int:
     pointer = cfg.root / pointer_rel
     found = survey(cfg)
     again = [*selection_args(cfg), *remote_args(cfg)]
-    push_cmd, pull_cmd = command("push", *again), command("pull", *again)
+    # A tree that lacks directories of the table is published only on purpose (`--partial`): that is the push
+    # that publishes what is here; the NOT BUILT lines say how to build the rest instead.
+    push_cmd = command("push", *(["--partial"] if found.lacking else []), *again)
+    pull_cmd = command("pull", *again)
     for line in found.strays:
         print(f"STRAY {line}: remove it, then {push_cmd}")
 
+    published = ""  # why nothing is published, when it is not
     if pointer.is_file():
+        fields = read_pointer(pointer)
         try:
             with open_repo(cfg, remote, anonymous=remote.anonymous) as repo:
-                g = granular(repo, rel)
+                oid, tree = listing(repo, rel)
+                on_remote = tree is not None or remote_has(repo, oid)
+                # DVC's status reads a listing that is only on the remote from there.
+                g = granular(repo, rel) if on_remote else local_listing(cfg.outputs_dir)
         except remote_errors() as exc:
             say_error("status", f"could not compare {rel}/ with {pointer_rel}", exc)
             return 1
-        fields = read_pointer(pointer)
-        if fields.nfiles >= 0 and len(g.in_pointer) != fields.nfiles:
-            print(f"UNKNOWN: the listing of {pointer_rel} (md5 {fields.md5}) is neither in the local DVC cache "
-                  f"nor readable from {remote.describe()}, so {rel}/ cannot be compared with it; fix: {pull_cmd}")
+        if not on_remote:  # a fresh clone's pointer, pushed to another remote (or never pushed)
+            published = f"nothing of {pointer_rel} is published at {remote.describe()}"
+            print(f"NOT PUBLISHED: neither the local DVC cache nor {remote.describe()} holds the listing of "
+                  f"{pointer_rel} (md5 {oid}), so {rel}/ is compared with nothing published; if it was pushed "
+                  f"to another remote, name it (remote.url=...); to publish {rel}/ here: {push_cmd}")
+        elif fields.nfiles >= 0 and len(g.in_pointer) != fields.nfiles:
+            print(f"UNKNOWN: the listing of {pointer_rel} (md5 {fields.md5}) could not be read from the local DVC "
+                  f"cache nor {remote.describe()}, so {rel}/ cannot be compared with it; fix: {pull_cmd}")
             return 1
     else:
         g = local_listing(cfg.outputs_dir)
+        published = f"{pointer_rel} not published yet"
         print(f"NOT PUBLISHED: {pointer_rel} does not exist; once `farm check` is clean: {push_cmd}")
 
     ctx = StatusContext(cfg, rel, pointer_rel, g, found.every, push_cmd, pull_cmd, again)
@@ -70,16 +84,15 @@ def status(cfg: FarmConfig, flags: set[str]) -> int:
         need += bool(lines)
         for line in lines or ([f"ok {rel}/{key[0]}/{key[1]}/: {_counts(ctx, key)}"] if verbose else []):
             print(line)
-    return _status_summary(len(dirs), need, len(found.strays), pointer.is_file(), pointer_rel)
+    return _status_summary(len(dirs), need, len(found.strays), published, pointer_rel)
 
 
-def _status_summary(n: int, need: int, strays: int, published: bool, pointer_rel: str) -> int:
+def _status_summary(n: int, need: int, strays: int, unpublished: str, pointer_rel: str) -> int:
     """The last line: its counts are those of the lines above (ok + need action = directories)."""
-    if not need and not strays and published:
+    if not need and not strays and not unpublished:
         print(f"status: {n} directories, everything matches {pointer_rel} and instances/")
         return 0
-    extra = ([f"{strays} stray entries"] if strays else []) + ([f"{pointer_rel} not published yet"]
-                                                               if not published else [])
+    extra = ([f"{strays} stray entries"] if strays else []) + ([unpublished] if unpublished else [])
     print(f"status: {n} directories: {n - need} ok, {need} need action" + "".join(f"; {x}" for x in extra))
     return 1
 

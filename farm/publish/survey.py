@@ -63,6 +63,17 @@ class Survey:
     def incomplete(self) -> list[Directory]:
         return [d for d in self.dirs.values() if d.incomplete]
 
+    @property
+    def table_dirs(self) -> list[DirKey]:
+        """Every <op>/<target>/ directory the whole table builds (every op's, whatever is selected)."""
+        return sorted({(r.op, r.target) for r in self.every})
+
+    @property
+    def lacking(self) -> list[DirKey]:
+        """The table's directories with nothing here: a listing of this tree has none of them."""
+        here = {key for key, d in self.dirs.items() if not d.absent}
+        return [key for key in self.table_dirs if key not in here]
+
     def lookup(self, cfg: FarmConfig, key: DirKey) -> Directory | None:
         """The directory as surveyed; one only the pointer has (outside the selection) is looked at too;
         None when no row of instances/ builds it."""

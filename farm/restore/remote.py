@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NotRequired, TypedDict
@@ -17,6 +18,8 @@ log = logging.getLogger(__name__)
 REMOTE_KINDS = ("local", "s3")
 # Credentials only ever come from the environment; these are scrubbed from anything the farm prints.
 SECRET_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+# A terminal control sequence (CSI: colours, cursor moves), as DVC's rich output writes them.
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
 class DvcRemoteConfig(TypedDict):
@@ -108,12 +111,13 @@ def has_credentials() -> bool:
 
 
 def scrub(text: str) -> str:
-    """`text` with every credential value from the environment replaced by ***."""
+    """`text` with every credential value from the environment replaced by ***, and without the terminal
+    colour codes DVC puts into some messages (the farm prints plain lines, to a terminal or not)."""
     for key in SECRET_ENV:
         value = os.environ.get(key)
         if value and len(value) >= 4:
             text = text.replace(value, "***")
-    return text
+    return ANSI_ESCAPE.sub("", text)
 
 
 def remote_errors() -> tuple[type[BaseException], ...]:
