@@ -10,20 +10,25 @@ an unusual or hostile file is judged exactly as it was.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from farm.toolchain.elfcheck import (
+    HEADER,
+    NOTE,
+    SECTION,
+    SHF_COMPRESSED,
+    SHT_DYNSYM,
+    SHT_NOBITS,
+    SHT_NOTE,
+    SHT_SYMTAB,
+    SYMBOL,
+)
+
 EM_AMDGPU = 224
 ELFOSABI_AMDGPU_HSA = 64
-SHT_SYMTAB, SHT_NOTE, SHT_NOBITS, SHT_DYNSYM = 2, 7, 8, 11
-SHF_COMPRESSED = 0x800
 STT_FUNC, STB_GLOBAL = 2, 1
 NT_AMDGPU_METADATA = 32
-_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
-_SECTION = struct.Struct("<IIQQQQIIQQ")
-_SYMBOL = struct.Struct("<IBBHQQ")
-_NOTE = struct.Struct("<III")
 
 
 class Irregular(ValueError):
@@ -52,13 +57,13 @@ class _Section:
 
 def read(data: bytes) -> Facts:
     """The object's facts, or Irregular."""
-    if len(data) < _HEADER.size:
+    if len(data) < HEADER.size:
         raise Irregular("short")
     (ident, _type, machine, _version, _entry, _phoff, shoff, flags, _ehsize, _phentsize, _phnum, shentsize,
-     shnum, shstrndx) = _HEADER.unpack_from(data)
+     shnum, shstrndx) = HEADER.unpack_from(data)
     if ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:  # ELF64, little-endian
         raise Irregular("not ELF64 LE")
-    if machine != EM_AMDGPU or ident[7] != ELFOSABI_AMDGPU_HSA or shentsize != _SECTION.size:
+    if machine != EM_AMDGPU or ident[7] != ELFOSABI_AMDGPU_HSA or shentsize != SECTION.size:
         raise Irregular("not a plain AMDGPU HSA object")
     if not 0 < shnum or shstrndx >= shnum or shoff + shnum * shentsize > len(data):
         raise Irregular("section table")
@@ -80,7 +85,7 @@ def read(data: bytes) -> Facts:
 
 
 def _section(data: bytes, at: int) -> _Section:
-    name, kind, flags, _addr, offset, size, link, _info, _align, entsize = _SECTION.unpack_from(data, at)
+    name, kind, flags, _addr, offset, size, link, _info, _align, entsize = SECTION.unpack_from(data, at)
     if flags & SHF_COMPRESSED or (kind != SHT_NOBITS and offset + size > len(data)):
         raise Irregular("section data")
     return _Section(name, kind, flags, offset, size, link, entsize)
@@ -98,9 +103,9 @@ def _string(data: bytes, table: _Section, offset: int) -> str:
 def _notes(data: bytes, sec: _Section) -> Iterator[tuple[bytes | None, int, bytes]]:
     """(name up to its NUL, type, descriptor) of each note, laid out as pyelftools reads them."""
     offset, end = sec.offset, sec.offset + sec.size
-    while offset + _NOTE.size < end:
-        namesz, descsz, kind = _NOTE.unpack_from(data, offset)
-        offset += _NOTE.size
+    while offset + NOTE.size < end:
+        namesz, descsz, kind = NOTE.unpack_from(data, offset)
+        offset += NOTE.size
         name = None
         if namesz:
             disk = (namesz + 3) & ~3
@@ -117,12 +122,12 @@ def _notes(data: bytes, sec: _Section) -> Iterator[tuple[bytes | None, int, byte
 
 
 def _global_functions(data: bytes, sec: _Section, table: list[_Section]) -> list[str]:
-    if sec.entsize != _SYMBOL.size or sec.link >= len(table):
+    if sec.entsize != SYMBOL.size or sec.link >= len(table):
         raise Irregular("symbol table")
     strings = table[sec.link]
     out = []
-    for at in range(sec.offset, sec.offset + sec.size // _SYMBOL.size * _SYMBOL.size, _SYMBOL.size):
-        name, info, _other, _shndx, _value, _size = _SYMBOL.unpack_from(data, at)
+    for at in range(sec.offset, sec.offset + sec.size // SYMBOL.size * SYMBOL.size, SYMBOL.size):
+        name, info, _other, _shndx, _value, _size = SYMBOL.unpack_from(data, at)
         if info & 0xF == STT_FUNC and info >> 4 == STB_GLOBAL:
             out.append(_string(data, strings, name))
     return out

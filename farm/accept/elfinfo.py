@@ -10,6 +10,7 @@ import msgpack
 from elftools.elf.elffile import ELFFile
 
 from farm.accept import elffast
+from farm.toolchain import elfcheck
 
 EM_AMDGPU = 224
 ELFOSABI_AMDGPU_HSA = 64  # pyelftools names value 64 ELFOSABI_ARM_AEABI (shared number)
@@ -65,10 +66,14 @@ def _decode(value: Any) -> Any:
 def read_code_object(data: bytes) -> CodeObject:
     """Parse `data`; raises NotACodeObject if it is not an AMDGPU HSA ELF with a metadata note. A plain
     AMDGPU object is read directly (elffast); any other file, or one that reader finds anything odd in, is
-    read with pyelftools as it always was, so its verdict and message do not change."""
+    first checked for a sound ELF structure (elfcheck: a malformed one is named for what is wrong with it),
+    then read with pyelftools as it always was."""
     try:
         return _read_plain(data)
     except Exception:  # noqa: BLE001  anything odd at all: the general reader decides
+        problem = elfcheck.problem(data)
+        if problem:
+            raise NotACodeObject(f"not a readable ELF file (malformed: {problem})") from None
         return _read_general(data)
 
 
