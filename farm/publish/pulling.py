@@ -58,12 +58,13 @@ def _pull_locked(cfg: FarmConfig, flags: set[str]) -> int:
                         "get outputs.dvc from git (git pull), or publish first with `farm push`")
     fields = read_pointer(pointer)
     everything = wants_all(flags)
+    failed = 0  # downloads DVC reports as failed
     with open_repo(cfg, remote, anonymous=remote.anonymous) as repo:
         try:
             with _dvc_errors_only():
                 repo.fetch(targets=[pointer_rel])
-        except DownloadError:
-            pass  # some objects did not arrive: what is missing is named below, from the cache itself
+        except DownloadError as exc:  # what is missing is named below, from the cache itself
+            failed = int(exc.amount)
         except remote_errors() as exc:
             say_error("pull", f"fetching {pointer_rel} from {remote.describe()} failed ({rel}/ was left as it "
                       "was)", exc)
@@ -72,7 +73,8 @@ def _pull_locked(cfg: FarmConfig, flags: set[str]) -> int:
         # blob corrupted on the remote shows up here as missing from the cache.
         held = in_hand(repo, rel)
         if not held.complete:
-            _say_missing(cfg, where, remote, held, [remote_location(repo, b) for b in held.blobs], everything)
+            _say_missing(cfg, where, remote, held, [remote_location(repo, b) for b in held.blobs], failed,
+                         everything)
             return 1
         try:
             applied = _counts(repo.checkout(targets=[pointer_rel], force="--force" in flags))
@@ -83,10 +85,11 @@ def _pull_locked(cfg: FarmConfig, flags: set[str]) -> int:
 
 
 def _say_missing(cfg: FarmConfig, where: Paths, remote: Remote, held: InHand, blobs: list[str | None],
-                 everything: bool) -> None:
+                 failed: int, everything: bool) -> None:
     """One line: what of the publication is not in hand, where the farm looked, and what to do."""
     rel, pointer_rel = where.tree, where.pointer
-    places = f"the local DVC cache ({held.cache}) nor {remote.describe()}"
+    places = f"the local DVC cache ({held.cache}) nor {remote.describe()}" + (
+        f" (DVC reported {failed} failed download(s): the remote may also have been unreachable)" if failed else "")
     if not held.has_listing:
         log.error("farm pull: nothing to pull: neither %s holds the listing of %s (md5 %s); %s/ was left as it "
                   "was; fix: name the remote it was pushed to (`farm pull remote.url=DIR`, or `farm pull "
