@@ -38,6 +38,7 @@ class Record:
     recorded: int  # lines of the selected ops
     kept: int  # lines of other ops, byte for byte
     dropped: list[str]  # ops with no conf/op/ file whose lines a whole-table golden dropped
+    clashes: list[str]  # farm files the kept lines and the selected ops' manifests record with other hashes
 
 
 def seal_golden(cfg: FarmConfig, rows: list[Row], every: list[Row], out: TextIO = sys.stdout,
@@ -64,12 +65,12 @@ def _seal_locked(cfg: FarmConfig, rows: list[Row], out: TextIO, everything: bool
               file=out)
         return 1
     record = _record(cfg, ops, whole, dirs)
-    clashes = merge(load_code(code_path(cfg)), record.code)[1] if record.kept else []
-    if clashes:
+    if record.clashes:
+        clashes, name = first_few(record.clashes, everything), code_path(cfg).name
         print(f"refusing to record golden digests: the golden lines of the other ops were made with other farm "
-              f"code than the manifests of ops=[{','.join(sorted(ops))}] record ({first_few(clashes, everything)} "
-              f"differ from {code_path(cfg).name}), so {code_path(cfg).name} cannot describe both; rebuild every "
-              "row from nothing (`rm -rf outputs && farm build cache.restore=false`), then `farm golden`", file=out)
+              f"code than the manifests of ops=[{','.join(sorted(ops))}] record ({clashes} differ from {name}), so "
+              f"{name} cannot describe both; rebuild every row from nothing (`rm -rf outputs && farm build "
+              "cache.restore=false`), then `farm golden`", file=out)
         return 1
     left = _not_whole(cfg, found, record.digests, everything)
     path = golden_path(cfg)
@@ -121,10 +122,11 @@ def _record(cfg: FarmConfig, ops: set[str], whole: bool, dirs: list[DirKey]) -> 
     before = old.sha256 if old is not None else {}
     gone = {op_of(p) for p in before if op_of(p) not in cfg.ops} if whole else set()
     kept = {p: sha for p, sha in before.items() if op_of(p) not in ops and op_of(p) not in gone}
-    code = recorded_code(cfg, dirs)
+    code, clashes = recorded_code(cfg, dirs), []
     if kept:
-        code = merge(load_code(code_path(cfg)), code)[0]
-    return Record(digests={**kept, **mine}, code=code, recorded=len(mine), kept=len(kept), dropped=sorted(gone))
+        code, clashes = merge(load_code(code_path(cfg)), code)
+    return Record(digests={**kept, **mine}, code=code, recorded=len(mine), kept=len(kept), dropped=sorted(gone),
+                  clashes=clashes)
 
 
 def _not_whole(cfg: FarmConfig, found: Survey, digests: dict[str, str], everything: bool) -> str | None:
