@@ -113,6 +113,11 @@ class DirectoryWriter:
                 self.entries[key] = {}  # its rows were planned as tampered and rebuild
         return self.dirs[key]
 
+    def rewrite(self, op: str, target: str) -> None:
+        """Have the next flush write the directory's manifest.json and SOURCE.md, whatever its entries."""
+        self._dir(op, target)
+        self.unwritten.add((op, target))
+
     def _entries(self, op: str, target: str) -> dict[str, Entry | RecordedEntry]:
         self._dir(op, target)
         return self.entries[(op, target)]
@@ -529,6 +534,7 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row],
         with writer:
             report["pruned"] = _prune(cfg, writer, decisions, all_rows)
             _sweep(cfg, writer, decisions)
+            _rewrite_documents(cfg, writer, decisions)
             reverified = reverify(cfg, [d for d in decisions if d.status == REVERIFY], writer, report["rows"],
                                   failures, cost)
             # Rows whose published objects are current come back from the DVC cache instead (farm/restore/).
@@ -573,6 +579,33 @@ def _sweep(cfg: FarmConfig, writer: DirectoryWriter, decisions: list[Decision]) 
         with OutputDir(cfg.outputs_dir, op, target) as probe:
             if any(TEMPORARY.match(name) for name in probe.names()):
                 writer.open(op, target)
+
+
+def _rewrite_documents(cfg: FarmConfig, writer: DirectoryWriter, decisions: list[Decision]) -> None:
+    """Rewrite each selected directory's manifest.json and SOURCE.md that are not what the farm writes for the
+    entries they hold (edited by hand, a block that is not the config's, provenance gone stale: `farm check`
+    names each). A directory whose manifest is missing, unreadable or names a file the farm never writes is
+    left to its rows, which were planned to build."""
+    stale = []
+    for op, target in sorted({(d.row.op, d.row.target) for d in decisions}):
+        with OutputDir(cfg.outputs_dir, op, target) as probe:
+            try:
+                listing = manifest.read(probe)
+            except manifest.ManifestUnreadable:
+                continue
+            if listing.data is None or listing.bad:
+                continue
+            expected = manifest.render(cfg, op, target, listing.entries).encode()
+            provenance = manifest.render_source_md(cfg, op, target, listing.entries).encode()
+            if listing.text == expected and probe.read_bytes(manifest.PROVENANCE) == provenance:
+                continue
+        stale.append((op, target))
+    for op, target in stale:
+        writer.rewrite(op, target)
+        log.info("rewriting %s/%s/%s and %s: not what the farm writes for the entries they hold", op, target,
+                 manifest.MANIFEST, manifest.PROVENANCE)
+    if stale:
+        writer.flush()
 
 
 def _prune(cfg: FarmConfig, writer: DirectoryWriter, decisions: list[Decision], all_rows: list[Row],

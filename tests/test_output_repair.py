@@ -259,3 +259,22 @@ def test_a_dead_writers_temporary_is_removed_by_a_build_with_nothing_to_compile(
     assert f"removed rmsnorm/{TARGET}/{temporary.name}" in build.stderr
     assert not temporary.exists()
     assert run_farm(project, "check", SEL).returncode == 0
+
+
+def test_a_manifest_not_as_the_farm_writes_it_is_rewritten_by_a_build_with_nothing_to_compile(
+        built: Path, tmp_path: Path) -> None:
+    """A manifest reformatted by hand and a SOURCE.md gone: check names both with the build that repairs them;
+    that build compiles nothing and writes both back byte for byte."""
+    project = built_copy(built, tmp_path / "p")
+    manifest, provenance = where(project) / "manifest.json", where(project) / "SOURCE.md"
+    before = manifest.read_bytes(), provenance.read_bytes()
+    manifest.write_text(json.dumps(json.loads(before[0])))
+    provenance.unlink()
+    check = run_farm(project, "check", SEL)
+    assert f"DRIFT {manifest}: edited by hand (not in the form the farm writes){fix_for()}" in check.stdout
+    assert f"DRIFT {provenance}: missing or differs from the provenance the manifest implies{fix_for()}" \
+           in check.stdout, check.stdout
+    build = run_farm(project, "build", SEL)
+    assert build.returncode == 0 and "built 0, failed 0, up to date 6" in build.stderr, build.stderr
+    assert (manifest.read_bytes(), provenance.read_bytes()) == before
+    assert run_farm(project, "check", SEL).returncode == 0

@@ -74,13 +74,14 @@ def _check_opened(cfg: FarmConfig, out: OutputDir, op: str, target: str, rows: l
     found = [line + build_fix(cfg, op, target) for line in listing.bad]  # the build drops them, rebuilds their rows
     entries = listing.entries
     if listing.text != canonical_json(data).encode():
-        found.append(f"{mpath}: edited by hand (not in the form the farm writes)")
+        found.append(f"{mpath}: edited by hand (not in the form the farm writes)" + build_fix(cfg, op, target))
     for key in ("schema", "op", "target", "toolchain"):
         expected = {"schema": manifest.SCHEMA, "op": op, "target": cfg.targets[target].as_dict(),
                     "toolchain": cfg.toolchain_pin}[key]
         if data.get(key) != expected:
             detail = "; ".join(differences(expected, data.get(key) or {})) if key == "toolchain" else ""
-            found.append(f"{mpath}: '{key}' block differs from the config{': ' + detail if detail else ''}")
+            found.append(f"{mpath}: '{key}' block differs from the config{': ' + detail if detail else ''}"
+                         + build_fix(cfg, op, target))
     paths = [where / row.file_name for row in rows if out.kind(row.file_name) == "file"]
     disassembled = disasm.count_files(cfg.toolchain_pin.get("disassembler"), target, paths)
     for row in rows:
@@ -95,7 +96,8 @@ def _check_opened(cfg: FarmConfig, out: OutputDir, op: str, target: str, rows: l
     found += _unexpected_files(cfg, out, op, target, entries, known)
     source_md = out.read_bytes(manifest.PROVENANCE)
     if source_md is None or source_md != manifest.render_source_md(cfg, op, target, entries).encode():
-        found.append(f"{where / manifest.PROVENANCE}: missing or differs from the provenance the manifest implies")
+        found.append(f"{where / manifest.PROVENANCE}: missing or differs from the provenance the manifest implies"
+                     + build_fix(cfg, op, target))
     return found
 
 
