@@ -624,3 +624,64 @@ def _pgid(pid: int) -> int | None:
         return os.getpgid(pid)
     except OSError:
         return None
+
+
+@contextlib.contextmanager
+def _not_ray(kind: str) -> Iterator[str]:
+    """A loopback address where no Ray GCS answers: nothing listening (`refused`), a web server (`web`), a port
+    that accepts and says nothing (`silent`), or one that speaks HTTP/2 like gRPC but is no GCS (`grpc`)."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+    if kind == "refused":
+        server.close()
+        yield address
+        return
+    server.listen(8)
+    answer = {"web": b"HTTP/1.0 400 Bad Request\r\n\r\n", "grpc": bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])}.get(kind)
+    accepted: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return  # closed
+            accepted.append(conn)
+            conn.sendall(answer or b"")
+
+    if answer is not None:
+        threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield address
+    finally:
+        server.close()
+        for conn in accepted:
+            conn.close()
+
+
+@pytest.mark.parametrize(("kind", "said"), [
+    ("refused", "nothing answers at executor.address=ADDR ("),
+    ("web", "executor.address=ADDR is not a Ray cluster's GCS port: it does not speak gRPC (it answered b'HTTP/1.0"),
+    ("silent", "executor.address=ADDR is not a Ray cluster's GCS port: it does not speak gRPC (it said nothing"),
+    ("grpc", "executor.address=ADDR does not answer as a Ray cluster's GCS (Ray: "),
+])
+def test_an_address_where_no_ray_answers_is_one_error_alone(project: Path, kind: str, said: str) -> None:
+    """Issue 37: an address pointing at nothing, or at a port that is not Ray's, printed about 20 lines of Ray's
+    warnings before the farm's error (at a web server, ray.init retried for good). Now the farm's error comes
+    alone, one line and its fix, and nothing of Ray's."""
+    env = dict(os.environ)
+    env.pop("FARM_PROJECT", None)
+    with _not_ray(kind) as address:
+        proc = subprocess.run([sys.executable, "-m", "farm.cli", "build", "executor=cluster",
+                               f"executor.address={address}"], cwd=project, env=env, capture_output=True, text=True,
+                              timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    errors = [i for i, line in enumerate(lines) if line.startswith("farm build: error: ")]
+    assert len(errors) == 1 and said.replace("ADDR", address) in lines[errors[0]], proc.stderr
+    assert lines[errors[0] + 1].startswith("  fix: ") and errors[0] + 2 == len(lines), proc.stderr
+    assert not [line for line in lines if line.startswith("[")], proc.stderr  # Ray's native log lines

@@ -34,6 +34,17 @@ def _sleeper() -> subprocess.Popen:
     return subprocess.Popen(["sleep", "300"])
 
 
+def _fake_daemon(project: Path, where: Path) -> subprocess.Popen:
+    """A live process with this project's daemon command line (`python -m farm.execute.standing <root>`) that
+    only sleeps: a stand-in module of that name, first on its own path."""
+    package = where / "farm" / "execute"
+    package.mkdir(parents=True)
+    for init in (where / "farm" / "__init__.py", package / "__init__.py"):
+        init.write_text("")
+    (package / "standing.py").write_text("import time\ntime.sleep(600)\n")
+    return subprocess.Popen([sys.executable, "-m", "farm.execute.standing", str(project)], cwd=where)
+
+
 def _state_path(project: Path) -> Path:
     return project / ".farm" / "cluster" / "state.json"
 
@@ -99,6 +110,11 @@ def test_stale_state_foreign_pid_is_never_signalled(tmp_path: Path) -> None:
                    f"{foreign.pid}) is gone or that pid is another process now, which was left alone" in down.stderr
             assert not _state_path(project).exists()
             assert foreign.poll() is None  # never signalled
+        # Its very identity (pid, start time, command line): still not this project's daemon, never signalled.
+        _write_state(project, {"pid": foreign.pid, "daemon": procs.identity(me), "processes": [procs.identity(me)]})
+        down = run_farm(project, "cluster", "down", check=True)
+        assert down.stdout.strip() == "no standing cluster was up" and "removed a stale" in down.stderr
+        assert foreign.poll() is None and not _state_path(project).exists()
         if os.getuid() == 0:  # a state someone else wrote, naming a live process exactly: still never signalled
             _write_state(project, {"pid": foreign.pid, "daemon": procs.identity(me), "processes": []})
             os.chown(_state_path(project), 65534, 65534)
@@ -118,7 +134,7 @@ def test_dead_cluster_falls_back_to_a_private_one_without_hanging(project: Path,
     """Case 5: builds hung for minutes on a cluster whose Ray was gone while its state said it was up."""
     from farm.plan.digest import generator_digest
 
-    fake = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # a live 'daemon'
+    fake = _fake_daemon(project, tmp_path / "fake")  # a live 'daemon'
     with socket.socket() as s:  # a loopback port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -231,13 +247,14 @@ def test_sigkilled_daemon_leaves_no_ray_behind(project: Path, cluster: dict) -> 
 
 
 def test_down_ends_the_daemon_group_and_its_ray_when_sigterm_fails(project: Path, cluster: dict) -> None:
-    """Case 5: `down`'s SIGKILL fallback killed the daemon alone and left its Ray tree orphaned."""
+    """Case 5: `down`'s SIGKILL fallback killed the daemon alone and left its Ray tree orphaned. The daemon is
+    stopped (SIGSTOP; `down` lets it run again to act on SIGTERM) and given no time to stop by itself."""
     daemon = psutil.Process(cluster["pid"])
     assert os.getpgid(daemon.pid) == daemon.pid  # its own process group
     tree = [procs.identity(p) for p in daemon.children(recursive=True)]
     assert tree
-    daemon.suspend()  # SIGSTOP: it cannot act on SIGTERM
-    assert standing.down(project, timeout_s=3) is True
+    daemon.suspend()
+    assert standing.down(project, timeout_s=0.01) is True
     assert _all_gone([cluster["daemon"], *tree, *cluster["processes"]]) == []
     assert not _state_path(project).exists()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from farm.cli.parser import Invocation
 from farm.cli.selection import load
@@ -29,10 +30,30 @@ def cmd_cluster(inv: Invocation) -> int:
               f"{state['pid']}; builds use it until `farm cluster down` or "
               f"{state['idle_s'] / 60:.0f} minutes without a build")
     elif action == "down":
-        print("standing cluster stopped" if standing.down(cfg.root) else "no standing cluster was up")
+        lost = standing.stray(cfg.root)
+        if not standing.down(cfg.root):
+            print("no standing cluster was up")
+        elif lost is not None:
+            print(f"standing cluster stopped: daemon pid {lost.process.pid}, found by its lock (its state file "
+                  f"{lost.why})")
+        else:
+            print("standing cluster stopped")
     else:
-        state = standing.running(cfg.root)
-        warming = "" if not state or state.get("warm", True) else " (still warming up)"
-        print(f"standing cluster up at {state['address']}: {state['num_cpus']} warm compilers{warming}, daemon "
-              f"pid {state['pid']}" if state else "no standing cluster is up")
+        print(_status(cfg.root))
     return 0
+
+
+def _status(root: Path) -> str:
+    state = standing.running(root)
+    if state:
+        warming = "" if state.get("warm", True) else " (still warming up)"
+        return (f"standing cluster up at {state['address']}: {state['num_cpus']} warm compilers{warming}, daemon "
+                f"pid {state['pid']}")
+    lost = standing.stray(root)
+    if lost is not None:
+        return f"{lost.said}; `farm cluster down` stops it"
+    starting = standing.daemon_by_lock(root)
+    if starting is not None:
+        return (f"a standing cluster's daemon runs (pid {starting.pid}) without a state file: it is still starting, "
+                "or the file was removed; `farm cluster down` stops it")
+    return "no standing cluster is up"

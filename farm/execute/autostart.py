@@ -14,7 +14,9 @@ A daemon running older farm code (the farm was edited or upgraded since it start
 build's bytes. The build replaces it, whoever started it, when no build is using it: it takes the in-use
 lock exclusively without waiting (farm/execute/standing_use.py), stops the old daemon and every process
 it started, and starts a new one, in one line. While another build uses the old one, this build uses a
-private cluster, saying why; the next idle build replaces it.
+private cluster, saying why; the next idle build replaces it. A daemon whose state file is damaged (a
+`Stray`, found by its lock: farm/execute/standing_files.py) cannot be used either, and is replaced the same
+way: never waited for, since it holds the daemon lock and would be waited for in vain.
 
 Off with CI=true in the environment (a CI job must leave nothing running behind it) and with
 executor.auto_start=false; then a build uses a standing cluster only when `farm cluster up` started one.
@@ -39,10 +41,12 @@ from farm.execute.standing_files import (
     STARTED_BY_BUILD,
     StandingState,
     Started,
+    Stray,
     down,
     running,
     spawn,
     starting,
+    stray,
     wait_up,
 )
 from farm.plan.digest import generator_digest
@@ -121,11 +125,17 @@ def begin(cfg: Any) -> None:
             _judged.add(cfg.root)
             _replace(cfg, state)
         return
+    lost = stray(cfg.root)
+    if lost is not None:
+        if cfg.root not in _judged:
+            _judged.add(cfg.root)
+            _replace_stray(cfg, lost)
+        return
     _spawn(cfg, None)
 
 
 def _spawn(cfg: Any, replaced: str | None) -> None:
-    """Launch the daemon (`replaced`: who started the old one it replaces, said in the same line)."""
+    """Launch the daemon (`replaced`: the old one it replaces, said in the same line)."""
     cpus = num_cpus(cfg.executor) or os.cpu_count() or 1
     try:
         started = spawn(cfg.root, cpus, idle_minutes(cfg))
@@ -137,8 +147,7 @@ def _spawn(cfg: Any, replaced: str | None) -> None:
         return  # another command is starting one (or just did): `wait` uses it
     _started[cfg.root] = started
     minutes = f"{started.idle_minutes:g}"
-    what = ("started a standing cluster" if replaced is None
-            else f"replaced a standing cluster{replaced} that ran older farm code: started a new one")
+    what = "started a standing cluster" if replaced is None else f"replaced {replaced}: started a new one"
     log.warning("%s with %d warm compilers for this and later builds; it stops itself after %s idle minutes "
                 "(`farm cluster down` stops it now)", what, cpus, minutes)
 
@@ -159,7 +168,7 @@ def _replace(cfg: Any, state: StandingState) -> None:
         if now is None or now["pid"] != state["pid"]:
             return  # replaced or gone meanwhile: `wait` judges what is up now
         down(root)
-        _spawn(cfg, _who(state))
+        _spawn(cfg, f"a standing cluster{_who(state)} that ran older farm code")
     except (OSError, psutil.Error) as exc:
         _failed.add(root)
         _said_stale.add(root)
@@ -169,6 +178,29 @@ def _replace(cfg: Any, state: StandingState) -> None:
         standing_use.share(root)  # this build uses the new daemon: nobody may replace it under us
 
 
+def _replace_stray(cfg: Any, lost: Stray) -> None:
+    """Stop a daemon whose state file is damaged and start a new one, only while no build uses it; else say
+    why this build uses a private cluster."""
+    root = cfg.root
+    if not standing_use.take_exclusive(root):
+        _failed.add(root)
+        log.warning("%s, and another build is using it; this build starts a private cluster (farm cluster down "
+                    "stops that daemon)", lost.said)
+        return
+    try:
+        now = stray(root)
+        if now is None or now.process.pid != lost.process.pid:
+            return  # stopped or replaced meanwhile: `wait` judges what is up now
+        down(root)
+        _spawn(cfg, f"a standing cluster whose state file {lost.why} (daemon pid {lost.process.pid})")
+    except (OSError, psutil.Error) as exc:
+        _failed.add(root)
+        log.warning("%s; stopping it failed (%s); this build uses a private cluster (farm cluster down stops it)",
+                    lost.said, exc)
+    finally:
+        standing_use.share(root)
+
+
 def wait(cfg: Any) -> StandingState | None:
     """The standing cluster this build started, or the one another build is starting, once it is up;
     None when auto-start is off, or (with one line saying why) when it did not come up."""
@@ -176,7 +208,7 @@ def wait(cfg: Any) -> StandingState | None:
         return None
     begin(cfg)  # a caller that did not begin early starts it here
     started = _started.get(cfg.root)
-    if started is None and not starting(cfg.root):
+    if started is None and (cfg.root in _failed or not starting(cfg.root)):
         return running(cfg.root)
     try:
         return wait_up(cfg.root, started, WAIT_S)

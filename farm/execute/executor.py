@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -15,7 +16,7 @@ import ray
 
 from farm.contract import CompileRequest, CompileResult
 from farm.core.errors import FarmError
-from farm.execute import local, ray_auth, standing
+from farm.execute import local, ray_auth, ray_compat, standing
 from farm.execute.compiler import CONCURRENCY, Compiler
 from farm.execute.dispatch import Dispatch
 from farm.execute.local import num_cpus
@@ -85,9 +86,22 @@ class RayExecutor:
             # Without a working_dir, Ray puts the driver's working directory first on every
             # worker's sys.path: run from a checkout, a node's own files at that path would shadow
             # the farm shipped in py_modules. An empty working_dir keeps workers off the driver's paths.
-            with tempfile.TemporaryDirectory(prefix="farm-job-") as empty:
-                ray.init(address=address, runtime_env={"py_modules": [farm_dir], "working_dir": empty},
-                         **local.QUIET)
+            # Ray's native code logs each failed try to reach the cluster on stderr (about 20 lines before
+            # ray.init gives up): kept back, so the farm's error comes alone, with Ray's last word in it.
+            try:
+                with (tempfile.TemporaryDirectory(prefix="farm-job-") as empty,
+                      ray_compat.captured_stderr() as written):
+                    ray.init(address=address, runtime_env={"py_modules": [farm_dir], "working_dir": empty},
+                             **local.QUIET)
+            except Exception as exc:
+                ray_said, rest = ray_compat.split_ray_log("".join(written))
+                sys.stderr.write(rest)  # anything else that was written meanwhile is not lost
+                last = f" (Ray: {ray_said[-1]})" if ray_said else ""
+                raise FarmError(f"could not reach the Ray cluster at executor.address={address}: "
+                                f"{_first_line(exc)}{last}",
+                                "check executor.address (the HOST:PORT `ray start --head` printed), or use the "
+                                "default executor=local") from None
+            sys.stderr.write("".join(written))
         else:
             raise FarmError(f"unknown executor kind {kind!r}; accepted: local, cluster",
                             "use executor=local or executor=cluster executor.address=...")
@@ -114,9 +128,8 @@ class RayExecutor:
         except Exception as exc:  # noqa: BLE001 (any failure to join means: build on a private cluster)
             ray.shutdown()
             standing.drop_token()
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             log.warning("the standing cluster at %s does not answer (%s); this build starts a private cluster",
-                        self.standing["address"], first)
+                        self.standing["address"], _first_line(exc))
             self.standing, self._dispatch = None, None
             return False
         return True
@@ -159,3 +172,7 @@ class RayExecutor:
         """When `key`'s call ended on its worker (the end of its parcel's last row)."""
         assert self._dispatch is not None, "use RayExecutor as a context manager"
         return self._dispatch.returned_unix(key)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -101,6 +101,43 @@ def record_ray_processes(owner: psutil.Process | None = None) -> list[Identity]:
     return found
 
 
+def recorded_by(owner: psutil.Process) -> list[Identity]:
+    """The Ray processes farm process `owner` recorded, if its record is that very process's (pid and start
+    time); else none. What a daemon is stopped with, whatever its state file says."""
+    try:
+        return _record_of(owner.pid, owner.create_time())
+    except psutil.Error:
+        return []
+
+
+def end_recorded_by(owner: object) -> int:
+    """End the recorded Ray processes of the farm process `owner` (an identity read back from disk) once it is
+    gone, from its own record in the farm's private directory, never from what names it; returns how many."""
+    if not isinstance(owner, dict) or verified(owner) is not None:
+        return 0  # malformed, or still running: its Ray is its own business
+    try:
+        pid, started = int(owner["pid"]), float(owner["started"])
+    except (KeyError, TypeError, ValueError):
+        return 0
+    processes = _record_of(pid, started)
+    ended = end_processes(processes)
+    if processes:
+        record_path(pid).unlink(missing_ok=True)
+    return ended
+
+
+def _record_of(pid: int, started: float) -> list[Identity]:
+    """The processes in farm process `pid`'s record, if the record is of the process started at `started`."""
+    try:
+        record = json.loads(read_private_text(record_path(pid)) or "")
+        recorded = record["owner"]
+        processes = record["processes"]
+        same = int(recorded["pid"]) == pid and abs(float(recorded["started"]) - started) <= 0.01
+    except (ValueError, KeyError, TypeError):
+        return []
+    return processes if same and isinstance(processes, list) else []
+
+
 def forget_ray_processes(pid: int | None = None) -> None:
     record_path(os.getpid() if pid is None else pid).unlink(missing_ok=True)
 

@@ -8,7 +8,9 @@ address never turns that on by itself. A cluster started by `ray start --head` o
 ~/.ray/auth_token requires the token, so such a driver is refused (InvalidAuthToken, visible only in
 Ray's log lines) and ray.init gives up after ~20 s blaming the address. The farm asks the cluster's GCS
 first (without a token, then with the one it found) and turns token mode on only when the cluster
-requires it.
+requires it. Before that it checks that a Ray GCS could be at the address at all (`reachable`: something
+listens and speaks HTTP/2, as gRPC does), and an address where no GCS answers is one error too: ray.init
+would retry at it for good, printing Ray's warnings.
 """
 
 from __future__ import annotations
@@ -80,22 +82,28 @@ def prepare(address: str, configured: str | None) -> Saved:
     if MODE_ENV not in os.environ:
         os.environ[MODE_ENV] = "disabled"  # first ask without a token: does the cluster require one?
         ray_compat.reload_auth_config()
-        first = ray_compat.gcs_token_refusal(address)
-        if first is None:
+        first = ray_compat.ask_gcs(address)
+        if first.failed is not None:
+            restore(saved)
+            raise not_a_gcs(address, first.failed)
+        if first.refused is None:
             restore(saved)
             return saved
         if token is None:
             restore(saved)
-            raise refused(address, None, first)
+            raise refused(address, None, first.refused)
         os.environ[MODE_ENV] = "token"
     if configured and token is not None and token.path is not None:  # the config key wins over Ray's places
         os.environ.pop(TOKEN_ENV, None)
         os.environ[PATH_ENV] = str(token.path)
     ray_compat.reload_auth_config()
-    refusal = ray_compat.gcs_token_refusal(address)
-    if refusal is not None:
+    answer = ray_compat.ask_gcs(address)
+    if answer.failed is not None:
         restore(saved)
-        raise refused(address, token, refusal)
+        raise not_a_gcs(address, answer.failed)
+    if answer.refused is not None:
+        restore(saved)
+        raise refused(address, token, answer.refused)
     if token is not None and token.path is not None and os.environ.get(MODE_ENV) == "token":
         warn_if_readable(token.path)
     return saved
@@ -122,14 +130,56 @@ def warn_if_readable(path: Path) -> None:
 
 
 def reachable(address: str, host: str, port: int) -> None:
-    """Something listens at the cluster's GCS port (else ray.init would retry for ~20 s)."""
+    """A Ray GCS could be at the address: something listens there and speaks HTTP/2, as gRPC does. Else
+    ray.init would retry (for good, at a port that is not Ray's), printing Ray's warnings all the while."""
     try:
-        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
-            pass
+        sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
     except OSError as exc:
         raise FarmError(f"nothing answers at executor.address={address} ({exc})",
                         "start the cluster's head there (ray start --head --port=PORT), "
                         "or fix executor.address") from None
+    with sock:
+        try:
+            sock.sendall(HTTP2_PREFACE + EMPTY_SETTINGS)
+            answer: bytes | None = _first_bytes(sock, len(EMPTY_SETTINGS))
+        except TimeoutError:
+            answer = None
+        except OSError:
+            answer = b""  # it hung up on the preface
+    if answer is not None and len(answer) == len(EMPTY_SETTINGS) and answer[3] == SETTINGS_FRAME:
+        return
+    said = (f"it said nothing within {CONNECT_TIMEOUT_S:g} s" if answer is None
+            else f"it answered {answer[:16]!r}" if answer else "it hung up")
+    raise FarmError(f"executor.address={address} is not a Ray cluster's GCS port: it does not speak gRPC ({said})",
+                    FIX_ADDRESS)
+
+
+FIX_ADDRESS = ("use the address `ray start --head` printed on the head (HOST:6379 unless --port chose another; "
+               "`ray status` there shows it)")
+
+
+def not_a_gcs(address: str, failed: str) -> FarmError:
+    """The error for a gRPC server at the address that does not answer as Ray's GCS (Ray's words in parentheses)."""
+    return FarmError(f"executor.address={address} does not answer as a Ray cluster's GCS (Ray: {failed})",
+                     FIX_ADDRESS)
+
+
+# A gRPC server, Ray's GCS among them, speaks HTTP/2: to the client's connection preface it answers with a
+# SETTINGS frame first (RFC 9113, section 3.4). The client sends its own, empty, SETTINGS frame with it.
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+EMPTY_SETTINGS = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # length 0, type 4 (SETTINGS), no flags, stream 0
+SETTINGS_FRAME = 4
+
+
+def _first_bytes(sock: socket.socket, count: int) -> bytes:
+    """Up to `count` bytes of the peer's answer (fewer when it hangs up first)."""
+    got = b""
+    while len(got) < count:
+        chunk = sock.recv(count - len(got))
+        if not chunk:
+            break
+        got += chunk
+    return got
 
 
 def refused(address: str, token: Token | None, refusal: str) -> FarmError:

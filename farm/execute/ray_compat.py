@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import sys
+import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -113,21 +116,67 @@ def quiet_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def gcs_token_refusal(address: str) -> str | None:
-    """Ray's own words when the GCS at `address` (HOST:PORT) refuses this process's token, else None.
+@contextlib.contextmanager
+def captured_stderr() -> Iterator[list[str]]:
+    """File descriptor 2 goes to a private temp file for a moment; the list yielded holds what was written
+    there once the block ends (native code writes there, not to sys.stderr)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    written: list[str] = []
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield written
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            written.append(sink.read().decode(errors="replace"))
+
+
+# The start of a line of Ray's native log: [2026-12-04 18:15:02,365 W 10852 10852] rpc_client.h:153: ...
+_RAY_LOG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z] \d+ \d+\] (?:[\w.]+:\d+: )?")
+
+
+def split_ray_log(text: str) -> tuple[list[str], str]:
+    """The messages of Ray's native log lines in `text` (their prefix cut), and the rest of it as it was."""
+    ray_said, rest = [], []
+    for line in text.splitlines(keepends=True):
+        found = _RAY_LOG_LINE.match(line)
+        if found:
+            ray_said.append(line[found.end():].strip())
+        else:
+            rest.append(line)
+    return ray_said, "".join(rest)
+
+
+@dataclass(frozen=True)
+class GcsAnswer:
+    """How the GCS at an address met this process's client: `refused`, Ray's words when it refused the token;
+    `failed`, Ray's words when nothing there answered as a GCS at all (both None: it answered)."""
+
+    refused: str | None = None
+    failed: str | None = None
+
+
+def ask_gcs(address: str) -> GcsAnswer:
+    """Connect a GCS client to `address` (HOST:PORT) once, bounded by Ray's own connect timeout (30 s).
 
     Why: ray.init against a cluster that refuses the token retries for ~20 s and then blames the address
-    (ConnectionError "Failed to connect"); Ray's GCS client asks for the cluster id first and fails at
-    once with InvalidAuthToken. Any other failure is left to ray.init. Public replacement: none.
+    (ConnectionError "Failed to connect"); against a port that is not a GCS it retries for good, logging
+    warnings all the while. Ray's GCS client asks for the cluster id first and fails at once with
+    InvalidAuthToken, or after its timeout with its own words. Public replacement: none.
     """
     from ray._raylet import GcsClient
 
     try:
-        with quiet_stderr():  # Ray's C++ client logs each refusal as a warning line: the caller says it once
+        with quiet_stderr():  # Ray's C++ client logs each failed try as a warning line: the caller says it once
             GcsClient(address=address)
     except AuthenticationError as exc:
         text = str(getattr(exc, "message", "") or exc)
-        return text.strip().splitlines()[0] if "InvalidAuthToken" in text else None
-    except Exception:  # noqa: BLE001 (not a token problem: ray.init reports it in its own words)
-        return None
-    return None
+        return GcsAnswer(refused=text.strip().splitlines()[0]) if "InvalidAuthToken" in text else GcsAnswer()
+    except Exception as exc:  # noqa: BLE001 (whatever it is, no GCS answered there)
+        text = str(exc).strip()
+        return GcsAnswer(failed=text.splitlines()[0] if text else type(exc).__name__)
+    return GcsAnswer()

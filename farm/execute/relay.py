@@ -12,6 +12,11 @@ both ways before anything is unpickled, so only this user's builds and this user
 that does not answer, an older one without a socket, or one whose relay code differs from the build's
 (`relay_code`: the farm can be edited or upgraded under a running daemon) leaves the build to join Ray
 directly.
+
+While it runs a build's rows the daemon sends a heartbeat every HEARTBEAT_S from a thread of its own, so a
+build tells a hung daemon (stopped, wedged) from a slow compile: silence for the heartbeat timeout raises
+`DaemonLost`, as does a daemon that goes away, and the build compiles the rows left on a private cluster
+(farm/execute/choice.py).
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import socket
 import stat
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from multiprocessing.connection import Client, Connection
@@ -29,7 +36,7 @@ from typing import Any
 
 from farm.contract import CompileRequest, CompileResult
 from farm.core.errors import FarmError
-from farm.execute.settings import BATCH_GATHER_S, MAX_PARCEL
+from farm.execute.settings import BATCH_GATHER_S, HEARTBEAT_TIMEOUT_S, MAX_PARCEL
 from farm.execute.standing_files import StandingState, read_token
 
 log = logging.getLogger(__name__)
@@ -38,9 +45,11 @@ log = logging.getLogger(__name__)
 # daemon costs this, then the build joins Ray itself.
 CONNECT_TIMEOUT_S = 5.0
 # Past the time limits of one call's rows (a parcel of up to MAX_PARCEL, compiled one after another), how long
-# the build waits for the daemon's next message before it gives up: each row's compile ends at its own time
-# limit, so silence this long means the daemon is stuck.
+# the build waits for the daemon's next result while its heartbeat still comes: each row's compile ends at its
+# own time limit, so no result for this long means the daemon's dispatch is stuck.
 SILENCE_GRACE_S = 180.0
+# How long hanging up waits for the job's send to give up (the socket is shut down under it first).
+CLOSE_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,21 @@ class RelayEnd:
     error: str | None = None
     fix: str | None = None
     daemon_cpu_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class RelayAlive:
+    """The daemon's heartbeat while it runs the build's rows (every HEARTBEAT_S, from a thread of its own)."""
+
+
+class DaemonLost(FarmError):
+    """The daemon went away or fell silent mid-build (no heartbeat): the rows without a result are the
+    caller's to compile elsewhere (farm/execute/choice.py moves them to a private cluster). `elsewhere`: what
+    the user may do about the daemon once the build went on without it."""
+
+    def __init__(self, what: str, fix: str, elsewhere: str) -> None:
+        super().__init__(what, fix)
+        self.elsewhere = elsewhere
 
 
 # The code on both ends of the socket: what is sent, how the daemon runs it, and the actor it calls.
@@ -142,15 +166,21 @@ def connect(state: StandingState, timeout_s: float = CONNECT_TIMEOUT_S) -> Conne
 
 class RelayExecutor:
     """RayExecutor's interface (share_sources, submit, completed_batches, taken_unix, returned_unix) over the daemon's
-    socket. The rows go out when the results are first asked for."""
+    socket. The rows go out when the results are first asked for. `daemon_pid` names the daemon in messages;
+    `heartbeat_timeout_s` is how long silence means it is hung."""
 
-    def __init__(self, conn: Connection, executor_cfg: Mapping[str, Any], timeout_s: float) -> None:
+    def __init__(self, conn: Connection, executor_cfg: Mapping[str, Any], timeout_s: float,
+                 daemon_pid: int | None = None, heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S) -> None:
         self._conn = conn
         self._timeout_s = timeout_s
         self._warm = bool(executor_cfg.get("warm", True))
         self._retries = int(executor_cfg.get("max_retries", 2))
+        self._daemon = "the standing cluster's daemon" + (f" (pid {daemon_pid})" if daemon_pid is not None else "")
+        self._heartbeat_timeout_s = heartbeat_timeout_s
         self._sources: dict[str, bytes] = {}
         self._requests: list[CompileRequest] = []
+        self._waiting: set[str] = set()
+        self._sending: threading.Thread | None = None  # the job's send (completed_batches)
         self._taken: dict[str, float] = {}
         self._returned: dict[str, float] = {}
         self.daemon_cpu_seconds: float | None = None  # said by the daemon at the end (RelayEnd)
@@ -159,7 +189,20 @@ class RelayExecutor:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._conn.close()  # a build that stops early: the daemon sees it gone and stops sending
+        self.close()  # a build that stops early: the daemon sees it gone and stops sending
+
+    def close(self) -> None:
+        """Hang up. A send still blocked on a stopped daemon is woken (shutdown), so no thread waits on it."""
+        if self._conn.closed:
+            return
+        try:
+            with socket.socket(fileno=os.dup(self._conn.fileno())) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # the daemon hung up first
+        if self._sending is not None:
+            self._sending.join(CLOSE_WAIT_S)  # it fails at once now: let it, before its handle goes
+        self._conn.close()
 
     def share_sources(self, sources: dict[str, bytes]) -> None:
         self._sources = sources
@@ -167,25 +210,46 @@ class RelayExecutor:
     def submit(self, request: CompileRequest) -> None:
         self._requests.append(request)
 
+    @property
+    def sources(self) -> dict[str, bytes]:
+        return self._sources
+
+    def left(self) -> list[CompileRequest]:
+        """The rows submitted that have no result yet, in the order they were submitted."""
+        return [r for r in self._requests if r.key in self._waiting]
+
     def completed_batches(self, gather_s: float = BATCH_GATHER_S) -> Iterator[list[CompileResult]]:
-        """Results in completion order, in the batches the daemon gathered (`gather_s` apart at most)."""
-        self._conn.send(RelayJob(self._sources, self._requests, self._timeout_s, self._warm, self._retries,
-                                 gather_s))
-        waiting = {r.key for r in self._requests}
-        silence_s = MAX_PARCEL * self._timeout_s + SILENCE_GRACE_S
+        """Results in completion order, in the batches the daemon gathered (`gather_s` apart at most). Raises
+        DaemonLost when the daemon goes away or sends nothing, not even its heartbeat, for the heartbeat timeout."""
+        self._waiting = {r.key for r in self._requests}
+        # Sent from a thread: a daemon stopped before it read the whole job would block this send for good
+        # (the sources are larger than the socket's buffer); its silence is then seen below.
+        job = RelayJob(self._sources, self._requests, self._timeout_s, self._warm, self._retries, gather_s)
+        self._sending = threading.Thread(target=self._send_job, args=(job,), name="farm-relay-send", daemon=True)
+        self._sending.start()
+        stuck_s = MAX_PARCEL * self._timeout_s + SILENCE_GRACE_S
+        last_result = time.monotonic()
         while True:
             try:
-                if not self._conn.poll(silence_s):
-                    raise FarmError(f"the standing cluster's daemon sent nothing for {silence_s:.0f} s with "
-                                    f"{len(waiting)} rows still compiling",
-                                    "farm cluster down && farm cluster up restarts it; run the build again "
-                                    "(what was written is kept)")
+                if not self._conn.poll(self._heartbeat_timeout_s):
+                    raise DaemonLost(f"{self._daemon} sent nothing for {self._heartbeat_timeout_s:g} s, not even its "
+                                     f"heartbeat, with {len(self._waiting)} rows without a result: it is hung",
+                                     "farm cluster down stops it; run the build again (what was written is kept)",
+                                     "farm cluster down stops that daemon")
                 message = self._conn.recv()
             except (EOFError, OSError) as exc:
-                raise FarmError(f"the standing cluster's daemon went away during the build ({len(waiting)} rows "
-                                f"without a result: {type(exc).__name__})",
-                                "run the build again (what was written is kept); farm cluster status says "
-                                "whether the cluster is up") from None
+                raise DaemonLost(f"{self._daemon} went away during the build ({len(self._waiting)} rows without a "
+                                 f"result: {type(exc).__name__})",
+                                 "run the build again (what was written is kept); farm cluster status says "
+                                 "whether the cluster is up",
+                                 "farm cluster status says whether a standing cluster is up") from None
+            if isinstance(message, RelayAlive):
+                if time.monotonic() - last_result > stuck_s:
+                    raise FarmError(f"{self._daemon} is alive but sent no result for {stuck_s:.0f} s with "
+                                    f"{len(self._waiting)} rows still compiling",
+                                    "farm cluster down && farm cluster up restarts it; run the build again "
+                                    "(what was written is kept)")
+                continue
             if isinstance(message, RelayEnd):
                 if message.error is not None:
                     raise FarmError(message.error, message.fix)
@@ -194,10 +258,17 @@ class RelayExecutor:
             if not isinstance(message, RelayBatch):
                 raise FarmError(f"the standing cluster's daemon sent a {type(message).__name__}, not a batch",
                                 "farm cluster down && farm cluster up restarts it")
+            last_result = time.monotonic()
             self._taken.update(message.taken_unix)
             self._returned.update(message.returned_unix)
-            waiting.difference_update(r.key for r in message.results)
+            self._waiting.difference_update(r.key for r in message.results)
             yield message.results
+
+    def _send_job(self, job: RelayJob) -> None:
+        try:
+            self._conn.send(job)
+        except (OSError, ValueError):
+            pass  # the daemon went away (the reader sees it), or close() hung up under a stopped one
 
     def taken_unix(self, key: str) -> float | None:
         """When the daemon took `key`'s result from Ray."""

@@ -1,7 +1,9 @@
 """The daemon's end of the build relay (farm/execute/relay.py): a keyed Unix socket, one thread per build.
 
 Each build's rows go through their own `Dispatch` over the daemon's warm actors, exactly as a build that
-joined Ray would run them; two builds at once share the actors the way two joined builds would.
+joined Ray would run them; two builds at once share the actors the way two joined builds would. While a
+build's rows run, a thread of their own sends it a heartbeat every HEARTBEAT_S: the serving thread may wait
+on Ray for a long compile, the heartbeat still comes, and it stops only when the daemon does.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import ray
 
 from farm.core.errors import FarmError
 from farm.execute.dispatch import Dispatch
-from farm.execute.relay import RelayBatch, RelayEnd, RelayJob
+from farm.execute.relay import RelayAlive, RelayBatch, RelayEnd, RelayJob
+from farm.execute.settings import HEARTBEAT_S
 from farm.worker.environment import short_private_dir
 
 log = logging.getLogger("farm.execute.standing")
@@ -61,24 +64,26 @@ class RelayServer:
 
     def _serve(self, conn: Connection) -> None:
         with conn:
+            sender = _Sender(conn)
             try:
                 job = conn.recv()
                 if not isinstance(job, RelayJob):
-                    conn.send(RelayEnd(f"the build socket got a {type(job).__name__}, not a RelayJob",
-                                       "run farm build (the same farm code as the daemon)"))
+                    sender.send(RelayEnd(f"the build socket got a {type(job).__name__}, not a RelayJob",
+                                         "run farm build (the same farm code as the daemon)"))
                     return
                 log.info("relaying a build of %d rows", len(job.requests))
-                self._run(conn, job)
+                with _Heartbeat(sender, HEARTBEAT_S):
+                    self._run(sender, job)
             except (EOFError, BrokenPipeError, ConnectionError):
                 log.info("a relayed build went away before its last result")
             except FarmError as exc:
-                _tell(conn, RelayEnd(exc.what, exc.fix))
+                sender.tell(RelayEnd(exc.what, exc.fix))
             except Exception as exc:  # noqa: BLE001 (the build hears of it instead of waiting forever)
                 log.exception("a relayed build failed in the daemon")
-                _tell(conn, RelayEnd(f"the standing cluster's daemon failed: {type(exc).__name__}: {exc}",
+                sender.tell(RelayEnd(f"the standing cluster's daemon failed: {type(exc).__name__}: {exc}",
                                      "farm cluster down && farm cluster up restarts it"))
 
-    def _run(self, conn: Connection, job: RelayJob) -> None:
+    def _run(self, sender: _Sender, job: RelayJob) -> None:
         cpu = time.process_time()  # the whole daemon's: Ray's threads do most of a build's work here
         sources = ray.put(job.sources)
         dispatch = Dispatch(lambda actor, requests: actor.compile_parcel.remote(requests, sources, job.timeout_s,
@@ -89,15 +94,52 @@ class RelayServer:
         for batch in dispatch.batches(job.gather_s):
             taken = {r.key: t for r in batch if (t := dispatch.taken_unix(r.key)) is not None}
             returned = {r.key: t for r in batch if (t := dispatch.returned_unix(r.key)) is not None}
-            conn.send(RelayBatch(batch, taken, returned))
-        conn.send(RelayEnd(daemon_cpu_seconds=time.process_time() - cpu))
+            sender.send(RelayBatch(batch, taken, returned))
+        sender.send(RelayEnd(daemon_cpu_seconds=time.process_time() - cpu))
 
 
-def _tell(conn: Connection, message: RelayEnd) -> None:
-    try:
-        conn.send(message)
-    except (OSError, ValueError):
-        pass  # the build is gone: nobody to tell
+class _Sender:
+    """One build's connection, sent to from two threads (results and heartbeats): one message at a time."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._lock = threading.Lock()
+
+    def send(self, message: RelayAlive | RelayBatch | RelayEnd) -> None:
+        with self._lock:
+            self._conn.send(message)
+
+    def tell(self, message: RelayEnd) -> None:
+        """Send the last word, if the build is still there to hear it."""
+        try:
+            self.send(message)
+        except (OSError, ValueError):
+            pass  # the build is gone: nobody to tell
+
+
+class _Heartbeat:
+    """While the block runs: a RelayAlive every `every_s`, from a thread that does nothing else."""
+
+    def __init__(self, sender: _Sender, every_s: float) -> None:
+        self._sender = sender
+        self._every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="farm-relay-heartbeat", daemon=True)
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self._every_s):
+            try:
+                self._sender.send(RelayAlive())
+            except (OSError, ValueError):
+                return  # the build is gone: the serving thread finds out on its next send
 
 
 def _sweep_dead_sockets(where: Path) -> None:

@@ -22,6 +22,17 @@ GATHER_ENV = "FARM_BATCH_GATHER_S"
 # compiles; four rows share that. More would make a lost actor cost more work and results come back later,
 # for little: the cost per row is already a quarter. A call can take this many rows' time limits.
 MAX_PARCEL = 4
+# The standing cluster's daemon sends a relayed build a heartbeat this often, from a thread of its own
+# (farm/execute/relay_server.py): it comes while the rows compile, however long one takes, since the compiles
+# run in the actors' processes, not in the daemon.
+HEARTBEAT_S = 2.0
+# A relayed build that hears nothing from the daemon this long, not even a heartbeat, takes it for hung (a
+# stopped or wedged process) and compiles its rows left on a private cluster (farm/execute/choice.py).
+HEARTBEAT_TIMEOUT_S = 30.0
+# Overrides it for one command, in seconds: at least a few heartbeats, at most an hour.
+HEARTBEAT_ENV = "FARM_HEARTBEAT_TIMEOUT_S"
+HEARTBEAT_TIMEOUT_MIN_S = 5.0
+HEARTBEAT_TIMEOUT_MAX_S = 3600.0
 
 
 def batch_gather_s() -> float:
@@ -36,6 +47,22 @@ def batch_gather_s() -> float:
     if not 0 <= value <= 60:  # NaN fails this too
         raise FarmError(f"{GATHER_ENV}={raw!r} is not a number of seconds from 0 to 60",
                         f"unset it (the default is {BATCH_GATHER_S:g} s) or set e.g. {GATHER_ENV}=0.5")
+    return value
+
+
+def heartbeat_timeout_s() -> float:
+    """HEARTBEAT_TIMEOUT_S, or FARM_HEARTBEAT_TIMEOUT_S when that is set: a number of seconds from 5 to 3600."""
+    raw = os.environ.get(HEARTBEAT_ENV, "").strip()
+    if not raw:
+        return HEARTBEAT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not HEARTBEAT_TIMEOUT_MIN_S <= value <= HEARTBEAT_TIMEOUT_MAX_S:  # NaN fails this too
+        raise FarmError(f"{HEARTBEAT_ENV}={raw!r} is not a number of seconds from {HEARTBEAT_TIMEOUT_MIN_S:g} to "
+                        f"{HEARTBEAT_TIMEOUT_MAX_S:g}",
+                        f"unset it (the default is {HEARTBEAT_TIMEOUT_S:g} s) or set e.g. {HEARTBEAT_ENV}=60")
     return value
 
 

@@ -46,6 +46,7 @@ from farm.execute.standing_files import (
     TOKEN_FILE,
     USED_FILE,
     StandingState,
+    daemon_by_lock,
     down,
     health,
     hold_lock,
@@ -54,6 +55,7 @@ from farm.execute.standing_files import (
     running,
     spawn,
     state_dir,
+    stray,
     wait_up,
 )
 from farm.plan.digest import generator_digest
@@ -63,7 +65,7 @@ from farm.table import config as config_mod
 log = logging.getLogger("farm.execute.standing")
 
 # Names the CLI and the build use from here.
-__all__ = ["StandingState", "down", "health", "mark_used", "num_cpus", "running", "up"]
+__all__ = ["StandingState", "daemon_by_lock", "down", "health", "mark_used", "num_cpus", "running", "stray", "up"]
 
 NAMESPACE = "farm-standing"
 ACTOR_PREFIX = "farm-compiler-"
@@ -171,8 +173,20 @@ def _wait(where: Path, state: StandingState, stop: dict[str, bool], idle_s: floa
 
 def up(root: Path, cpus: int, idle_minutes: float) -> StandingState:
     """Start the daemon (unless one is up or starting) and wait until its compilers are warm. One running
-    older farm code is replaced, as a build would (only while no build uses it)."""
+    older farm code, or one whose state file is damaged, is replaced, as a build would (only while no build
+    uses it)."""
     state = running(root)
+    lost = None if state else stray(root)
+    if lost is not None:
+        if not standing_use.take_exclusive(root):
+            raise FarmError(f"{lost.said}, and a build is using it", "run farm cluster up again once that build "
+                            "ends (farm cluster down stops it now, under that build)")
+        try:
+            down(root)
+        finally:
+            standing_use.release(root)
+        log.warning("stopped the standing cluster whose state file %s (daemon pid %s); starting a new one",
+                    lost.why, lost.process.pid)
     if state and autostart.stale(state):
         if not standing_use.take_exclusive(root):
             raise FarmError(f"the standing cluster (daemon pid {state['pid']}) runs older farm code and a build "

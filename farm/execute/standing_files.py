@@ -12,6 +12,12 @@ however it ends, so a crashed daemon never blocks the next start.
 The state file is never trusted by pid alone: it records the daemon's pid, start time and command
 line, and the Ray processes it started, and nothing is signalled unless it is still that very process.
 A state whose daemon is gone (or whose pid now belongs to another process) is reported and removed.
+
+The state file is data and can be damaged (truncated, overwritten) while its daemon runs. The daemon is then
+found without it, by what the farm owns (`daemon_by_lock`): the process of this user's that holds the daemon
+lock open, with this project's daemon command line. Such a `Stray` daemon is never taken for "none up": the
+file is kept, `farm cluster status` names it, `farm cluster down` stops it, and a build replaces it or uses a
+private cluster, saying so.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import os
 import secrets
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -37,8 +44,10 @@ from farm.execute.processes import (
     Identity,
     end_leftovers,
     end_processes,
+    end_recorded_by,
     forget_ray_processes,
     identities,
+    recorded_by,
     verified,
 )
 
@@ -77,6 +86,22 @@ class StandingState(TypedDict):
 
 
 @dataclass(frozen=True)
+class Stray:
+    """This project's daemon, running while its state file does not name it: found by the daemon lock it holds
+    and its command line (`daemon_by_lock`), never by the file."""
+
+    process: psutil.Process
+    state_file: Path
+    why: str  # what is wrong with the state file
+
+    @property
+    def said(self) -> str:
+        """The line's start that names it: what is wrong, and the daemon that still runs."""
+        return (f"the standing cluster's state file {self.state_file} {self.why}, but its daemon (pid "
+                f"{self.process.pid}, found by the daemon lock it holds) still runs")
+
+
+@dataclass(frozen=True)
 class Started:
     """A daemon this process started: its process (not waited for: it outlives this command)."""
 
@@ -100,30 +125,99 @@ def _private_state_dir(root: Path) -> Path:
 def running(root: Path) -> StandingState | None:
     """The standing cluster's state if its daemon is verifiably alive. A stale state file (the daemon
     gone, or its pid taken by another process) is reported and removed, and the Ray processes that
-    daemon started and that still run are ended; a foreign process is never signalled."""
+    daemon started and that still run are ended (as its own record in the farm's private directory names
+    them); a foreign process is never signalled. A state file that
+    does not name a daemon of this project that still runs (`stray`) is left alone: None."""
+    return _look(root)[0]
+
+
+def stray(root: Path) -> Stray | None:
+    """This project's daemon if it runs while its state file is unreadable or names another process."""
+    return _look(root)[1]
+
+
+def _look(root: Path) -> tuple[StandingState | None, Stray | None]:
     path = state_dir(root) / STATE_FILE
     try:
-        state = json.loads(path.read_text())
+        text = path.read_text()
         owner = path.stat().st_uid
     except OSError:
-        return None
-    except ValueError:
-        state, owner = {}, os.getuid()
+        return None, None
     if owner != os.getuid():  # written by someone else: nothing in it is ever signalled
         path.unlink(missing_ok=True)
         log.warning("removed %s: it belongs to uid %s, not to you; nothing it names was touched", path, owner)
-        return None
+        return None, None
+    try:
+        state = json.loads(text)
+        why = None if isinstance(state, dict) else "is not a standing-cluster state"
+    except ValueError as exc:
+        state, why = {}, "is empty" if not text.strip() else f"is not JSON ({exc})"
     daemon = state.get("daemon") if isinstance(state, dict) else None
-    if isinstance(daemon, dict) and verified(daemon) is not None:
-        return state  # type: ignore[no-any-return]  # its daemon is proven ours; the rest is its own record
+    # Proven ours: that very process (pid, start time, command line as recorded), and that command line is
+    # this project's daemon; a file naming any other live process exactly is stale, never obeyed.
+    if isinstance(daemon, dict) and verified(daemon) is not None and _daemon_command(daemon.get("cmdline"), root):
+        return state, None  # the rest is the daemon's own record
     pid = daemon.get("pid") if isinstance(daemon, dict) else (state.get("pid") if isinstance(state, dict) else None)
-    left = state.get("processes") if isinstance(daemon, dict) else None
-    ended = end_processes(left if isinstance(left, list) else [])
+    found = daemon_by_lock(root)
+    if found is not None:  # the file is wrong, not the daemon: nothing it names is touched, nor the file
+        named = "names no daemon" if pid is None else f"names pid {pid!r}, which is not its daemon"
+        return None, Stray(found, path, why or named)
+    # What that daemon started is ended from its own record in the farm's private directory: the file's list
+    # of processes is data, never a list of what to signal.
+    ended = end_recorded_by(daemon) if isinstance(daemon, dict) else 0
     path.unlink(missing_ok=True)
     log.warning("removed a stale standing-cluster state (%s): its daemon (pid %s) is gone or that pid is "
                 "another process now, which was left alone%s", path, pid,
                 f"; ended {ended} Ray processes it had left" if ended else "")
+    return None, None
+
+
+def daemon_by_lock(root: Path) -> psutil.Process | None:
+    """This project's daemon, found without its state file: while the daemon lock is held, the process of this
+    user's that holds that very file open (it keeps it for life) and runs this project's daemon command line
+    (`python -m farm.execute.standing <root> ...`, as `spawn` starts it). None when no daemon holds the lock."""
+    lock = state_dir(root) / LOCK_FILE
+    try:
+        held = os.lstat(lock)
+    except OSError:
+        return None
+    if not stat.S_ISREG(held.st_mode) or not starting(root):
+        return None
+    for proc in psutil.process_iter(["uids", "cmdline"]):
+        try:
+            if proc.info["uids"].real == os.getuid() and _daemon_command(proc.info["cmdline"], root) \
+                    and _holds_open(proc.pid, held):
+                return proc
+        except (psutil.Error, AttributeError, TypeError):
+            continue  # gone meanwhile, or not ours to look into
     return None
+
+
+def _daemon_command(cmdline: object, root: Path) -> bool:
+    if not isinstance(cmdline, list) or len(cmdline) < 4 or cmdline[1:3] != ["-m", "farm.execute.standing"]:
+        return False
+    try:
+        return os.path.samefile(cmdline[3], root)
+    except (OSError, TypeError, ValueError):
+        return False
+
+
+def _holds_open(pid: int, file: os.stat_result) -> bool:
+    """Has process `pid` the file `file` (by device and inode) open? Linux's /proc/PID/fd: psutil's open_files
+    gives paths only, and the lock is on the file, whatever path leads to it now."""
+    fds = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(fds)
+    except OSError:
+        return False
+    for name in names:
+        try:
+            st = os.stat(f"{fds}/{name}")
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (file.st_dev, file.st_ino):
+            return True
+    return False
 
 
 def health(state: StandingState) -> str | None:
@@ -233,32 +327,46 @@ def wait_up(root: Path, started: Started | None, timeout_s: float, warm: bool = 
         if started is None and not starting(root) and not running(root):
             raise FarmError("the standing cluster that another farm command was starting did not come up",
                             f"see {where / LOG_FILE}")
+        lost = stray(root) if started is None and state is None else None
+        if lost is not None:  # it holds the lock, so it would be waited for in vain
+            raise FarmError(lost.said, "farm cluster down stops it")
         time.sleep(POLL_S)
     raise FarmError(f"the standing cluster was not up after {timeout_s:.0f} s", f"see {where / LOG_FILE}")
 
 
 def down(root: Path, timeout_s: float = 60.0) -> bool:
-    """Stop the daemon (it stops its Ray cluster); False if none was up. A daemon that does not stop
-    in `timeout_s` is killed with its whole process group, and every Ray process it started (each
+    """Stop the daemon (it stops its Ray cluster); False if none was up. A daemon whose state file is damaged
+    or not written yet (still starting) is found by its lock (`daemon_by_lock`). A daemon that does not
+    stop in `timeout_s` is killed with its whole process group, and every Ray process it started (each
     verified by pid, start time and command line) is ended too."""
-    state = running(root)
-    if not state:
-        return False
-    daemon = verified(state["daemon"])
-    if daemon is None:  # it ended just now
-        (state_dir(root) / STATE_FILE).unlink(missing_ok=True)
-        return True
+    state, lost = _look(root)
+    if state is not None:
+        daemon = verified(state["daemon"])  # checked by _look, again now: it may have ended since
+        if daemon is None:  # it ended just now
+            (state_dir(root) / STATE_FILE).unlink(missing_ok=True)
+            return True
+    else:
+        daemon = lost.process if lost is not None else daemon_by_lock(root)
+        if daemon is None:
+            return False
+    _stop(daemon, recorded_by(daemon), timeout_s)  # with what it recorded in the farm's private directory
+    (state_dir(root) / STATE_FILE).unlink(missing_ok=True)
+    return True
+
+
+def _stop(daemon: psutil.Process, recorded: list[Identity], timeout_s: float) -> None:
     # Everything it started, as it is now (Ray workers and their zygotes come and go).
-    tree = identities(daemon.children(recursive=True)) + list(state.get("processes") or [])
-    daemon.terminate()
+    tree = identities(daemon.children(recursive=True)) + recorded
     try:
+        daemon.terminate()
+        daemon.resume()  # a stopped daemon (SIGSTOP) acts on SIGTERM only once it runs again
         daemon.wait(timeout_s)
     except psutil.TimeoutExpired:
         _kill_group(daemon)
+    except psutil.NoSuchProcess:
+        pass  # it ended meanwhile
     end_processes(tree)
-    (state_dir(root) / STATE_FILE).unlink(missing_ok=True)
     forget_ray_processes(daemon.pid)
-    return True
 
 
 def _kill_group(daemon: psutil.Process) -> None:
