@@ -73,41 +73,79 @@ def _all_gone(idents: list[dict], wait_s: float = 30) -> list[dict]:
     return alive
 
 
+def _compiler_tree(daemon: psutil.Process) -> list[psutil.Process]:
+    """The daemon's compiler: its Ray worker and the compiles it forks."""
+    tree: list[psutil.Process] = []
+    for worker in daemon.children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # a compile that just ended
+            if worker.cmdline()[0].startswith("ray::Compiler"):
+                tree += [worker, *worker.children(recursive=True)]
+    return tree
+
+
+def _relayed_build(project: Path, out: Path) -> tuple[subprocess.Popen, list[str]]:
+    """A relayed build of 22 rows (heartbeat timeout 6 s), returned once it says it has a row (progress lines
+    every 0.05 s, each result taken as it comes), with what it said so far."""
+    env = dict(os.environ, **{HEARTBEAT_ENV: "6", "FARM_BATCH_GATHER_S": "0", "FARM_PROGRESS_INTERVAL_S": "0.05"})
+    env.pop("FARM_PROJECT", None)
+    build = subprocess.Popen([sys.executable, "-m", "farm.cli", "build", *SELECT, f"outputs_dir={out}"], cwd=project,
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert build.stderr is not None
+    said: list[str] = []
+    for line in build.stderr:
+        said.append(line)
+        if re.match(r"progress: [1-9]\d*/22 rows", line):
+            break
+    return build, said
+
+
+def _suspend(procs_: list[psutil.Process]) -> None:
+    for proc in procs_:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.suspend()
+
+
+def _resume(procs_: list[psutil.Process]) -> None:
+    for proc in reversed(procs_):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.resume()
+
+
+def test_a_compile_longer_than_the_heartbeat_timeout_is_not_a_hung_daemon(project: Path, tmp_path: Path) -> None:
+    """The daemon's compiler, not the daemon, stopped for three heartbeat timeouts (a compile that takes that
+    long): the daemon's heartbeat comes all the while, and the build waits for its rows on the daemon."""
+    daemon = psutil.Process(_up(project)["pid"])
+    actors = {p.pid for p in daemon.children(recursive=True)}
+    build, said = _relayed_build(project, tmp_path / "out")
+    slow = _compiler_tree(daemon)
+    try:
+        _suspend(slow)
+        time.sleep(18)
+        assert build.poll() is None  # still waiting for its rows
+    finally:
+        _resume(slow)
+    said.append(build.communicate(timeout=900)[1])
+    err = "".join(said)
+    assert build.returncode == 0, err
+    assert "daemon (pid" not in err and "private cluster" not in err and "built 22, failed 0" in err, err
+    assert all(_pid(r["worker"]) in actors for r in _report(project)["rows"])  # every row on the daemon
+
+
 def test_a_hung_daemon_is_named_within_seconds_and_its_rows_left_build_privately(project: Path,
                                                                                  tmp_path: Path) -> None:
     state = _up(project)
     daemon = psutil.Process(state["pid"])
     actors = {p.pid for p in daemon.children(recursive=True)}  # its compilers among them
     out = tmp_path / "out"
-    # Each result taken as it comes (no 1 s gather), and the rows the build has said often on stderr: the build
-    # is stopped under once it has one, while most still wait.
-    env = dict(os.environ, **{HEARTBEAT_ENV: "6", "FARM_BATCH_GATHER_S": "0", "FARM_PROGRESS_INTERVAL_S": "0.05"})
-    env.pop("FARM_PROJECT", None)
-    build = subprocess.Popen([sys.executable, "-m", "farm.cli", "build", *SELECT, f"outputs_dir={out}"], cwd=project,
-                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    assert build.stderr is not None
-    err: list[str] = []
+    build, err = _relayed_build(project, out)
     frozen: list[psutil.Process] = []
     try:
-        for line in build.stderr:
-            err.append(line)
-            if re.match(r"progress: [1-9]\d*/22 rows", line):
-                break
-        # Its compiler (the Ray worker and the compiles it forks) first, so no more row finishes, then the
-        # daemon itself: kill -STOP.
-        for worker in daemon.children(recursive=True):
-            with contextlib.suppress(psutil.Error):  # a compile that just ended
-                if worker.cmdline()[0].startswith("ray::Compiler"):
-                    frozen += [worker, *worker.children(recursive=True)]
-        frozen.append(daemon)
-        for proc in frozen:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                proc.suspend()
+        # Its compiler first, so no more row finishes, then the daemon itself: kill -STOP.
+        frozen = [*_compiler_tree(daemon), daemon]
+        _suspend(frozen)
         err.append(build.communicate(timeout=900)[1])  # the old code waited 4 x 900 s + 180 s here
     finally:
-        for proc in reversed(frozen):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                proc.resume()
+        _resume(frozen)
         if build.poll() is None:
             build.kill()
     said_all = "".join(err)
