@@ -121,19 +121,23 @@ def test_entry_whose_instruction_classes_are_not_its_objects_is_planned_rebuilt(
 
 
 def test_entry_fields_check_names_are_planned_rebuilt(built: Path, tmp_path: Path) -> None:
-    """Entries edited in ways check names (a size, a row field, an input digest): plan rebuilds each row."""
+    """Entries edited in ways check names (a size, a row field, the knobs but not the inputs recording them,
+    an input digest): plan rebuilds each row."""
     project = built_copy(built, tmp_path / "p")
     env = private_env(tmp_path)
     files = sorted(entries(project))
-    first, second, third = (entries(project)[f] for f in files[:3])
+    first = entries(project)[files[0]]
+    knobs = dict(entries(project)[files[3]]["knobs"], block=1)
     rewrite_entries(project, {files[0]: {"size": first["size"] + 1},
                               files[1]: {"group": "another"},
-                              files[2]: {"input_digest": "0" * 64}})
+                              files[2]: {"input_digest": "0" * 64},
+                              files[3]: {"knobs": knobs}})
     plan = run_farm(project, "plan", SEL, env=env)
     assert f"{files[0]} size differs from its manifest entry" in plan.stdout, plan.stdout
     assert "its manifest entry's 'group' is not the row's in instances/" in plan.stdout
     assert "its manifest entry's input_digest does not match its recorded inputs" in plan.stdout
-    assert last_line(plan.stdout) == "rows=6 up_to_date=3 to_build=3"
+    assert "its manifest entry's 'knobs' is not the one its inputs record (manifest edited)" in plan.stdout
+    assert last_line(plan.stdout) == "rows=6 up_to_date=2 to_build=4"
     assert run_farm(project, "build", SEL, env=env).returncode == 0
     assert run_farm(project, "check", SEL, env=env).returncode == 0
 

@@ -25,18 +25,27 @@ from farm.table.rows import Row
 from farm.toolchain import disasm
 from farm.toolchain.listing import Functions
 
-ROW_FIELDS = ("name", "group", "knobs", "allow")
+ROW_FIELDS = ("name", "group")
+# Recorded twice in an entry, as the row's fields and among its inputs. A row retuned since it was built
+# differs from both (an input change, decided by the inputs); an entry whose two copies disagree was edited.
+INPUT_FIELDS = ("knobs", "allow")
 
 
 def entry_problem(row: Row, entry: RecordedEntry, size: int | None) -> str | None:
     """What `farm check` finds wrong with an entry without reading its object's record: a size that is not
-    the object's, a field that is not the row's, an input digest that is not its inputs'. None when none."""
+    the object's, a name or group that is not the row's, a field that is not what its inputs recorded, an
+    input digest that is not its inputs'. None when none."""
     if size != entry.get("size"):
         return f"{row.file_name} size differs from its manifest entry"
     fields = row.to_json()
     for key in ROW_FIELDS:
         if entry.get(key) != fields[key]:
             return f"its manifest entry's '{key}' is not the row's in instances/ (manifest edited)"
+    inputs = entry.get("inputs")
+    recorded = inputs if isinstance(inputs, dict) else {}
+    for key in INPUT_FIELDS:
+        if entry.get(key) != recorded.get(key):
+            return f"its manifest entry's '{key}' is not the one its inputs record (manifest edited)"
     if digest_of(entry.get("inputs", {})) != entry.get("input_digest"):
         return "its manifest entry's input_digest does not match its recorded inputs (manifest edited)"
     return None
