@@ -534,7 +534,6 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row],
         with writer:
             report["pruned"] = _prune(cfg, writer, decisions, all_rows)
             _sweep(cfg, writer, decisions)
-            _rewrite_documents(cfg, writer, decisions)
             reverified = reverify(cfg, [d for d in decisions if d.status == REVERIFY], writer, report["rows"],
                                   failures, cost)
             # Rows whose published objects are current come back from the DVC cache instead (farm/restore/).
@@ -543,6 +542,9 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row],
             if cached.compile:  # the restore stage returns at once when it cannot restore anything
                 will_compile()
             built = _compile_and_write(cfg, cached.compile, writer, report, failures, cost)
+            # Last: the directories this build wrote are what the farm writes by now, and a build whose rows
+            # compile does not wait here for its toolchain check (opening a directory does) before they start.
+            _rewrite_documents(cfg, writer, decisions)
             toolchain_ready()  # a build that wrote nothing still says when the toolchain is not the pinned one
     except OSError as exc:  # disk full, a read-only directory: what the last good flush recorded stays
         where = f" ({exc.filename})" if exc.filename else ""
