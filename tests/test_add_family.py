@@ -226,6 +226,9 @@ def test_a_third_party_family_end_to_end(tmp_path: Path) -> None:
     assert sorted(entries) == ["axpy_f32_u4_default", "axpy_f32_u4_no-post-misched"]
     # The option reached LLVM's codegen: the two rows differ only by it, and so do their objects.
     assert entries["axpy_f32_u4_default"]["sha256"] != entries["axpy_f32_u4_no-post-misched"]["sha256"]
+    # The options are recorded among the row's inputs (so in its input digest); a row without has no such key.
+    assert entries["axpy_f32_u4_no-post-misched"]["inputs"]["llvm_options"] == {"enable-post-misched": False}
+    assert "llvm_options" not in entries["axpy_f32_u4_default"]["inputs"]
     assert sorted(entries["axpy_f32_u4_default"]["inputs"]["sources"]) == [
         "tilek/__init__.py", "tilek/common/layout.py", "tilek/ops/axpy.py", "tilek_farm/generator.py",
         "tilek_farm/spec.py"]

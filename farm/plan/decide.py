@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from farm.core.canonical import sha256_bytes
 from farm.plan.digest import CompileRecord, farm_hashes, input_changes, inputs_of
@@ -87,6 +87,9 @@ class CurrentInputs:
             self._known[key] = (CompileRecord.current(self.cfg.kernels_dir, self.tree, recorded),
                                 farm_hashes(recorded.get("verifier")))
         compiled, verifier = self._known[key]
+        # A row's LLVM options are its own recorded value (rows sharing files may differ in them).
+        options = recorded.get("llvm_options")
+        compiled = replace(compiled, llvm_options=options if isinstance(options, dict) else {})
         return inputs_of(self.cfg, row, compiled, verifier)
 
 

@@ -25,7 +25,7 @@ import stat
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -217,27 +217,32 @@ class CompileRecord:
     sources: Hashes
     lookups: dict[str, list[str]]
     generator: Hashes
+    # The kernel's per-compile LLVM options, as its compile set them: decided by its sources and knobs (both
+    # recorded), recorded too so that the entry says how the object was made; most rows have none.
+    llvm_options: dict[str, object] = field(default_factory=dict)
 
     @classmethod
     def of_result(cls, result: CompileResult, tree: Tree) -> CompileRecord:
         """From a worker's result; its lookups are evaluated against the files that build shipped."""
         lookups = {key: lookup_state(tree, key) for key in result.lookups if isinstance(key, str)}
-        return cls(dict(result.sources), lookups, dict(result.generator))
+        return cls(dict(result.sources), lookups, dict(result.generator), dict(result.llvm_options))
 
     @classmethod
     def of_entry(cls, inputs: RecordedInputs) -> CompileRecord:
         """As recorded in a manifest entry (a re-verify keeps it); a field that is not a JSON object is {}."""
-        sources, lookups, generator = (_object(inputs.get(key)) for key in ("sources", "lookups", "generator"))
+        sources, lookups, generator, options = (_object(inputs.get(key))
+                                                for key in ("sources", "lookups", "generator", "llvm_options"))
         # Recorded data: `decide` re-derived these before a re-verify, and `build` re-checks the generator.
-        return cls(sources, lookups, generator)  # type: ignore[arg-type]
+        return cls(sources, lookups, generator, options)  # type: ignore[arg-type]
 
     @classmethod
     def current(cls, kernels_dir: Path, tree: Tree, inputs: RecordedInputs) -> CompileRecord:
         """The recorded files and lookups, evaluated against kernels_src/ and the farm code as they are now."""
         recorded = cls.of_entry(inputs)
+        # The options are what the recorded sources and knobs decide: they change only with one of those.
         return cls(source_hashes(kernels_dir, recorded.sources),
                    {key: lookup_state(tree, key) for key in sorted(recorded.lookups)},
-                   farm_hashes(recorded.generator))
+                   farm_hashes(recorded.generator), recorded.llvm_options)
 
 
 def _object(value: object) -> dict[str, object]:
@@ -246,8 +251,9 @@ def _object(value: object) -> dict[str, object]:
 
 
 def inputs_of(cfg: FarmConfig, row: Row, compiled: CompileRecord, verifier: Hashes) -> Inputs:
-    """The recorded inputs of a row: knobs, op and target identity, farm code, sources, lookups, toolchain."""
-    return {
+    """The recorded inputs of a row: knobs, op and target identity, farm code, sources, lookups, toolchain,
+    and the kernel's LLVM options when it set any (absent otherwise: rows without keep their bytes)."""
+    inputs: Inputs = {
         "knobs": row.knobs,
         "allow": row.allow,
         "op": digest_of(cfg.ops[row.op].compile_identity()),
@@ -258,6 +264,9 @@ def inputs_of(cfg: FarmConfig, row: Row, compiled: CompileRecord, verifier: Hash
         "lookups": dict(sorted(compiled.lookups.items())),
         "toolchain": digest_of(cfg.toolchain_pin),
     }
+    if compiled.llvm_options:
+        inputs["llvm_options"] = dict(sorted(compiled.llvm_options.items()))
+    return inputs
 
 
 def current_inputs(cfg: FarmConfig, row: Row, tree: Tree, recorded: RecordedInputs) -> Inputs:
@@ -284,7 +293,7 @@ def input_changes(recorded: RecordedInputs, current: Inputs | RecordedInputs) ->
     changes += _file_changes(recorded, current, "verifier", "farm verification code farm/")
     labels = {"knobs": "row knobs", "allow": "resource rules", "op": "op config", "target": "target config",
               "generator": "farm generator code", "verifier": "farm verification code", "lookups": "lookups",
-              "toolchain": "toolchain pin"}
+              "toolchain": "toolchain pin", "llvm_options": "the kernel's LLVM options"}
     named = {c.key for c in changes}
     for key, label in labels.items():
         if key not in named and recorded.get(key) != current.get(key):

@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from farm.core.canonical import canonical_json, digest_of
 from farm.core.errors import FarmError
@@ -40,6 +40,7 @@ class Inputs(TypedDict):
     sources: Hashes  # kernels_src/ files the compile read
     lookups: dict[str, list[str]]  # lookup -> what it found
     toolchain: str  # digest of the toolchain pin
+    llvm_options: NotRequired[dict[str, Any]]  # the kernel's per-compile LLVM options, when it sets any
 
 
 # Inputs as read back from a manifest on disk: data, so every field is checked where it is used.
