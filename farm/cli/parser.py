@@ -19,7 +19,8 @@ from farm.core.errors import FarmError
 from farm.table.quoting import shortened, shown
 
 TOP_USAGE = "farm [-h] [--version] [-v | -q] VERB [--flags] [key=value ...]"
-GLOBAL_HELP = {"verbose": "say more: debug records on stderr; plan and status list every row/directory",
+GLOBAL_HELP = {"verbose": "say more: debug records on stderr; plan and status list every row/directory; "
+                          "pull and push errors list every file, not the first few",
                "quiet": "warnings and errors only on stderr (no progress)"}
 EPILOG = f"""verbs:
 {listing()}

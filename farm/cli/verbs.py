@@ -12,7 +12,8 @@ OVERRIDES = "key=value"
 OVERRIDES_HELP = ("Hydra overrides, e.g. ops=[rmsnorm] targets=[gfx942,gfx950] dtypes=[bf16] "
                   "names=[NAME] outputs_dir=PATH executor=cluster executor.address=HOST:PORT")
 PROGRESS_ENV = "FARM_PROGRESS_INTERVAL_S"
-VENDOR_FORMS = ("vendor add from=CHECKOUT commit=SHA upstream=NAME paths=[PATH,...] [into=DIR]\n"
+VENDOR_FORMS = ("vendor add from=CHECKOUT commit=SHA upstream=NAME paths=[PATH,...] [into=DIR] [base=[DIR,...]]\n"
+                "           [url=URL] [license=SPDX] [license_file=PATH] [force=true]\n"
                 "vendor diff from=CHECKOUT [pinned=true] [strict=true]\n"
                 "vendor note path=FILE why=\"REASON\" from=CHECKOUT   (record a local modification)")
 
@@ -92,7 +93,7 @@ VERBS: tuple[Verb, ...] = (
          flags=(Flag(("--json",), "print the comparison as JSON"),),
          details="Exit 0 when identical, 1 when they differ."),
     Verb("vendor", "farm.cli.vendor_cmds:cmd_vendor",
-         "upstream sources in kernels_src/ with recorded provenance (README: Vendoring)",
+         "upstream sources in kernels_src/ with recorded provenance (docs/vendoring.md)",
          words="add|diff|note key=value ...", words_help="the sub-verb and its plain key=value options "
                                                          "(not Hydra overrides)",
          details=f"{VENDOR_FORMS}\nFlags: --pinned, --strict, --force stand for pinned=true, strict=true, force=true.",
