@@ -12,11 +12,6 @@ from farm.table.kernel_modules import NO_CHECK_ROW, TIMEOUT_ENV, SpecFailure, ch
 from farm.table.rows import Row, load_table, render_table, select, sort_key, table_path
 
 
-def expand_op(cfg: FarmConfig, op: Op) -> list[Row]:
-    """Rows of one op over all its targets; raises FarmError on any row the kernel cannot serve."""
-    return _expand(cfg, [op])[0]
-
-
 def _expand(cfg: FarmConfig, ops: list[Op]) -> list[list[Row]]:
     """Rows of each op; spec code (import and check_row) runs in one time-limited child for all of them."""
     candidates = [_candidates(op) for op in ops]

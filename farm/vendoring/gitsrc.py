@@ -75,10 +75,6 @@ class Checkout:
             return None
         return obj.data if isinstance(obj, Blob) and stat.S_ISREG(mode) else None
 
-    def root_files(self, sha: str) -> list[str]:
-        """Names of the files at the top of the tree at commit `sha`."""
-        return self.files_in(sha, "")
-
     def files_in(self, sha: str, directory: str) -> list[str]:
         """Names of the regular files directly in `directory` ("" for the root) at commit `sha`;
         empty when there is no such directory."""
