@@ -1,7 +1,13 @@
-"""farm check: the drift guard. Re-derive every selected directory and name each file that drifted."""
+"""farm check: the drift guard. Re-derive every selected directory and name each file that drifted.
+
+A selected row with neither an object nor a manifest entry was never built (or its build failed before
+writing it): that is "not built", counted per directory, never drift. Drift is what exists and differs
+from what the farm would write: an object, a manifest, a SOURCE.md, a stray file, stale inputs.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from farm.accept.elfinfo import NotACodeObject, read_code_object
@@ -20,11 +26,42 @@ from farm.toolchain import disasm
 from farm.toolchain.compare import differences, require_pin
 
 
+@dataclass(frozen=True)
+class NotBuilt:
+    """The selected rows of one directory that have neither an object nor a manifest entry there."""
+
+    path: Path  # the <op>/<target>/ directory
+    rows: tuple[Row, ...]
+    selected: int  # selected rows of the directory, built or not
+    absent: bool  # the directory holds nothing: no such directory, or an empty one
+
+
+@dataclass
+class Checked:
+    """What `check_tree` compared and what it found."""
+
+    drift: list[str] = field(default_factory=list)  # one line each, naming a file (see `check`)
+    not_built: list[NotBuilt] = field(default_factory=list)
+    objects: int = 0  # selected rows whose object or manifest entry exists: each compared
+    manifests: int = 0  # manifests read and compared with what the farm would write
+    directories: list[tuple[str, str]] = field(default_factory=list)  # (op, target) of those holding anything
+
+    @property
+    def unbuilt_rows(self) -> int:
+        return sum(len(n.rows) for n in self.not_built)
+
+
 def check(cfg: FarmConfig, rows: list[Row], all_rows: list[Row]) -> list[str]:
     """Problems found, one line each, each naming a file and, where a command repairs it, ending with
-    `; fix: <that command>`; empty means no drift. Every record re-derived from an object's bytes is
-    remembered (farm/plan/record_memo.py), so `farm plan` need not disassemble that object again."""
-    found: list[str] = []
+    `; fix: <that command>`; empty means no drift (rows never built are not drift: see `check_tree`)."""
+    return check_tree(cfg, rows, all_rows).drift
+
+
+def check_tree(cfg: FarmConfig, rows: list[Row], all_rows: list[Row]) -> Checked:
+    """The drift guard on the selected rows: the drift lines, the rows not built, and what was compared.
+    Every record re-derived from an object's bytes is remembered (farm/plan/record_memo.py), so `farm plan`
+    need not disassemble that object again."""
+    result = Checked()
     memo = RecordMemo(cfg.outputs_dir)
     tree = Tree.of(shipped_names(cfg.kernels_dir))  # what a build would ship now: the lookups' answers
     # Instruction classes are recomputed, so the disassembler must be the pinned one.
@@ -35,9 +72,24 @@ def check(cfg: FarmConfig, rows: list[Row], all_rows: list[Row]) -> list[str]:
         by_dir.setdefault((row.op, row.target), []).append(row)
     known = {(r.op, r.target, r.file_name) for r in all_rows}
     for (op, target), dir_rows in sorted(by_dir.items()):
-        found += _check_directory(cfg, op, target, dir_rows, known, tree, memo)
+        _check_directory(cfg, op, target, dir_rows, known, tree, memo, result)
     memo.save()
-    return found
+    return result
+
+
+def build_command(cfg: FarmConfig, not_built: list[NotBuilt]) -> str:
+    """`farm build ...` that builds exactly the rows not built (and nothing the selection leaves out): the
+    selection narrowed to the ops and targets that have such rows."""
+    ops = sorted({r.op for n in not_built for r in n.rows})
+    targets = sorted({r.target for n in not_built for r in n.rows})
+    words = ["farm", "build"]
+    words += [f"ops=[{','.join(ops)}]"] if set(ops) != set(cfg.ops) else []
+    words += [f"targets=[{','.join(targets)}]"] if set(targets) != set(cfg.targets) else []
+    words += [f"dtypes=[{','.join(cfg.selected_dtypes)}]"] if cfg.selected_dtypes else []
+    words += [f"names=[{','.join(cfg.selected_names)}]"] if cfg.selected_names else []
+    if cfg.outputs_dir.absolute() != (cfg.root / "outputs").absolute():
+        words.append(f"outputs_dir={cfg.outputs_dir}")
+    return "`" + " ".join(words) + "`"
 
 
 def build_fix(cfg: FarmConfig, op: str, target: str, names: list[str] | None = None) -> str:
@@ -50,29 +102,49 @@ def build_fix(cfg: FarmConfig, op: str, target: str, names: list[str] | None = N
     return "; fix: `" + " ".join(words) + "`"
 
 
-def _check_directory(cfg: FarmConfig, op: str, target: str, rows: list[Row],
-                     known: set[tuple[str, str, str]], tree: Tree, memo: RecordMemo) -> list[str]:
+def _check_directory(cfg: FarmConfig, op: str, target: str, rows: list[Row], known: set[tuple[str, str, str]],
+                     tree: Tree, memo: RecordMemo, result: Checked) -> None:
     try:
         with OutputDir(cfg.outputs_dir, op, target) as out:
-            return _check_opened(cfg, out, op, target, rows, known, tree, memo)
+            _check_opened(cfg, out, op, target, rows, known, tree, memo, result)
     except FarmError as exc:  # a symlinked directory: named, and the other directories are still checked
-        return [exc.what]
+        result.drift.append(exc.what)
+        result.directories.append((op, target))
+
+
+def _not_built(out: OutputDir, rows: list[Row], entries: dict[str, object], result: Checked) -> None:
+    """Record the rows with neither an object nor an entry here; count the others as compared."""
+    unbuilt = tuple(r for r in rows if r.file_name not in entries and out.kind(r.file_name) is None)
+    result.objects += len(rows) - len(unbuilt)
+    if unbuilt:
+        result.not_built.append(NotBuilt(out.path, unbuilt, len(rows), absent=not out.names()))
 
 
 def _check_opened(cfg: FarmConfig, out: OutputDir, op: str, target: str, rows: list[Row],
-                  known: set[tuple[str, str, str]], tree: Tree, memo: RecordMemo) -> list[str]:
+                  known: set[tuple[str, str, str]], tree: Tree, memo: RecordMemo, result: Checked) -> None:
     where = out.path
     mpath = where / manifest.MANIFEST
+    if not out.names():  # no such directory, or an empty one: nothing of it was built
+        _not_built(out, rows, {}, result)
+        return
+    result.directories.append((op, target))
     try:
         listing = manifest.read(out)
     except manifest.ManifestUnreadable as exc:
-        return [exc.what + build_fix(cfg, op, target)] + _unexpected_files(cfg, out, op, target, {}, known)
-    if listing.data is None:
-        return ([f"{mpath}: missing ({len(rows)} rows selected here were never built or were deleted)"
-                 + build_fix(cfg, op, target)] + _unexpected_files(cfg, out, op, target, {}, known))
+        _not_built(out, rows, {}, result)
+        result.drift += [exc.what + build_fix(cfg, op, target)] + _unexpected_files(cfg, out, op, target, {}, known)
+        return
+    if listing.data is None:  # the directory holds files, but no manifest records them
+        _not_built(out, rows, {}, result)
+        result.drift += ([f"{mpath}: missing, while the directory holds files (deleted, or a build that failed "
+                          "before recording them)" + build_fix(cfg, op, target)]
+                         + _unexpected_files(cfg, out, op, target, {}, known))
+        return
+    result.manifests += 1
     data = listing.data
     found = [line + build_fix(cfg, op, target) for line in listing.bad]  # the build drops them, rebuilds their rows
     entries = listing.entries
+    _not_built(out, rows, entries, result)
     if listing.text != canonical_json(data).encode():
         found.append(f"{mpath}: edited by hand (not in the form the farm writes)" + build_fix(cfg, op, target))
     for key in ("schema", "op", "target", "toolchain"):
@@ -85,9 +157,12 @@ def _check_opened(cfg: FarmConfig, out: OutputDir, op: str, target: str, rows: l
     paths = [where / row.file_name for row in rows if out.kind(row.file_name) == "file"]
     disassembled = disasm.count_files(cfg.toolchain_pin.get("disassembler"), target, paths)
     for row in rows:
+        entry = entries.get(row.file_name)
+        if entry is None:  # not built, or an object no entry records (named with the unexpected files below)
+            continue
         path = where / row.file_name
         fix = build_fix(cfg, op, target, [row.name])
-        found += [line + fix for line in _check_object(cfg, row, entries.get(row.file_name), out, mpath, tree,
+        found += [line + fix for line in _check_object(cfg, row, entry, out, mpath, tree,
                                                       disassembled.get(path), memo)]
     for file in sorted(entries):
         if (op, target, file) not in known:
@@ -98,7 +173,7 @@ def _check_opened(cfg: FarmConfig, out: OutputDir, op: str, target: str, rows: l
     if source_md is None or source_md != manifest.render_source_md(cfg, op, target, entries).encode():
         found.append(f"{where / manifest.PROVENANCE}: missing or differs from the provenance the manifest implies"
                      + build_fix(cfg, op, target))
-    return found
+    result.drift += found
 
 
 def _unexpected_files(cfg: FarmConfig, out: OutputDir, op: str, target: str, entries: dict[str, object],
@@ -125,11 +200,9 @@ def _unexpected_files(cfg: FarmConfig, out: OutputDir, op: str, target: str, ent
     return found
 
 
-def _check_object(cfg: FarmConfig, row: Row, entry: manifest.RecordedEntry | None, out: OutputDir, mpath: Path,
+def _check_object(cfg: FarmConfig, row: Row, entry: manifest.RecordedEntry, out: OutputDir, mpath: Path,
                   tree: Tree, functions: dict[str, dict[str, int]] | str | None, memo: RecordMemo) -> list[str]:
     path = out.path / row.file_name
-    if entry is None:
-        return [f"{path}: row {row.key} has no entry in {mpath}"]
     kind = out.kind(row.file_name)
     data = out.read_bytes(row.file_name)
     if data is None:

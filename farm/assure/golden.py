@@ -3,7 +3,8 @@
 One line per file under `outputs/` (objects, manifests, SOURCE.md), in `sha256sum` format, sorted, with
 paths relative to `outputs/`: `cd outputs && sha256sum -c ../outputs.sha256` verifies a tree with nothing
 but coreutils, and a change to any object's bytes shows in a git diff by name. `farm check` compares the
-selected rows against it; `farm golden` rewrites it (and `outputs.dvc`) from a complete, clean tree.
+selected objects against it, and a directory's manifest.json and SOURCE.md when the directory holds every row
+of its table; `farm golden` rewrites it (and `outputs.dvc`) from a complete, clean tree.
 The file lives beside the tree it describes: `<outputs_dir>.sha256`, like DVC's `<outputs_dir>.dvc`.
 """
 
@@ -91,22 +92,30 @@ def tree_digests(out: Path, ops: Collection[str] | None = None) -> dict[str, str
     return digests
 
 
-def drift(cfg: FarmConfig, rows: list[Row]) -> list[str]:
-    """One line per selected object (and its directory's manifest and SOURCE.md) whose bytes differ from the
-    committed digest or that has none; nothing when the project has no golden file."""
+def complete(cfg: FarmConfig, op: str, target: str, all_rows: list[Row]) -> bool:
+    """Whether <op>/<target>/ holds an object for every row of the table that builds into it: only then are
+    its manifest.json and SOURCE.md the ones the golden digests record (a partial directory's list fewer rows)."""
+    return all((cfg.outputs_dir / r.relpath()).is_file() for r in all_rows if (r.op, r.target) == (op, target))
+
+
+def drift(cfg: FarmConfig, rows: list[Row], all_rows: list[Row]) -> list[tuple[Path, str]]:
+    """(file, what differs) for each selected object that exists and whose bytes differ from the committed
+    digest or that has none, and likewise for the manifest.json and SOURCE.md of each complete directory
+    (`complete`); nothing when the project has no golden file. `all_rows`: every row of the selected ops'
+    tables."""
     golden = load(cfg)
     if golden is None:
         return []
-    found: list[str] = []
+    found: list[tuple[Path, str]] = []
     dirs = sorted({(r.op, r.target) for r in rows})
-    wanted = [r.relpath() for r in rows] + [f"{op}/{t}/{name}" for op, t in dirs for name in (MANIFEST, PROVENANCE)]
+    wanted = [r.relpath() for r in rows] + [f"{op}/{t}/{name}" for op, t in dirs if complete(cfg, op, t, all_rows)
+                                            for name in (MANIFEST, PROVENANCE)]
     for rel in sorted(wanted):
         path = cfg.outputs_dir / rel
         if not path.is_file():
-            continue  # the drift guard already names what is missing
+            continue  # the drift guard already names what is missing, and a row never built is not drift
         if rel not in golden.sha256:
-            found.append(f"{path}: no golden digest in {golden.path.name} (a new row or directory? {FIX})")
+            found.append((path, f"no golden digest in {golden.path.name} (a new row or directory? {FIX})"))
         elif sha256_file(path) != golden.sha256[rel]:
-            found.append(f"{path}: bytes differ from the committed golden digest in {golden.path.name}")
+            found.append((path, f"bytes differ from the committed golden digest in {golden.path.name}"))
     return found
-

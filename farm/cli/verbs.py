@@ -57,7 +57,20 @@ VERBS: tuple[Verb, ...] = (
          details="Progress goes to stderr: a bar on a terminal; otherwise one line about every 10 s (done/total, "
                  f"rate, ETA, the slowest row in flight); {PROGRESS_ENV}=SECONDS sets that interval."),
     Verb("check", "farm.cli.assure_cmds:cmd_check",
-         "drift guard: re-derive every selected object, manifest and digest"),
+         "drift guard: re-derive every selected object, manifest and digest",
+         flags=(Flag(("--complete",), "exit 1 also when a selected row is not built (a tree meant to be the "
+                                      "whole table, as after a full build)"),),
+         details="Compares every selected object that exists with its manifest entry (re-derived from its bytes: "
+                 "target, e_flags, instruction classes, input digests) and with its golden digest in "
+                 "outputs.sha256; a directory's manifest.json and SOURCE.md are compared with outputs.sha256 "
+                 "only when the directory holds every row of its table.\n"
+                 "DRIFT <file>: something that exists differs from what the farm would write or from the golden "
+                 "digest, or its inputs changed since it was built. Any DRIFT line: exit 1.\n"
+                 "NOT BUILT <dir>/: selected rows with no object and no manifest entry (never built, or their "
+                 "build failed), one line per directory; -v lists the rows. Not drift: exit 0, unless "
+                 "--complete.\n"
+                 "The last line says what was compared, the verdict, and how many rows are not built with the "
+                 "`farm build` that builds them."),
     Verb("audit", "farm.cli.assure_cmds:cmd_audit",
          "rebuild the selection elsewhere, varied; compare byte-for-byte with outputs/",
          listing="(audit.sample=N for a deterministic sample; audit.vary.umask=false etc.)"),
