@@ -2,8 +2,8 @@
 
     python bench/repeat_compile.py op/target/name [runs=48] [dump_ir=false]
 
-A reproducible compiler gives one SHA256. This measured the problem in README ("Reproducibility of LLVM
-codegen"): before LLVM codegen ran in a process of its own, sdpa_rdna/gfx11-generic/
+A reproducible compiler gives one SHA256. This measured the problem in docs/reproducibility.md ("LLVM codegen
+runs in a process of its own"): before LLVM codegen ran in a process of its own, sdpa_rdna/gfx11-generic/
 sdpa_rdna_f16_d128_mask-causal_bias-none gave a second output in 2 of 48 runs (14 of 50 with
 dump_ir=true, which also keeps FlyDSL's per-stage IR of every run under the printed directory, to
 compare stage by stage; FlyDSL's dump mode runs the pipeline stage by stage in the compile process,

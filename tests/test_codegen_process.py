@@ -22,7 +22,7 @@ from farm.table.expand import fresh_rows
 from farm.worker import binary_step, isolate
 from farm.worker.warm import WarmServer
 
-# The row that varied most often (README, "Reproducibility of LLVM codegen").
+# The row that varied most often (docs/reproducibility.md).
 ROW = ("sdpa_rdna", "gfx11-generic", "sdpa_rdna_f16_d128_mask-causal_bias-none")
 WARM_RUNS = 16
 

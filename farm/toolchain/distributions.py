@@ -24,7 +24,7 @@ from farm.toolchain.shapes import DistributionPin
 
 # The Python distributions whose files decide an object's bytes, pinned by content. FlyDSL is the
 # compiler (its Python, MLIR and LLVM); numpy converts kernel constants while FlyDSL traces, and torch
-# describes the trace tensors (dtype, shape, strides): README "The toolchain pin" has the measurement.
+# describes the trace tensors (dtype, shape, strides): docs/toolchain.md has the measurement.
 CONTENT_DISTRIBUTIONS = ("flydsl", "numpy", "torch")
 
 

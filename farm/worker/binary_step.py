@@ -2,8 +2,8 @@
 
 FlyDSL's bundled LLVM does not give the same bytes for some modules when its codegen runs inside
 the process that traced and lowered the kernel: a few head-dim-128 `sdpa_rdna` objects came out in
-a second variant in 2-17% of compiles (README, "Reproducibility of LLVM codegen"). The MLIR and LLVM
-IR going in were identical; the difference comes from LLVM's loop optimisations and depends on the
+a second variant in 2-17% of compiles (docs/reproducibility.md). The MLIR and LLVM IR going in were
+identical; the difference comes from LLVM's loop optimisations and depends on the
 state the compile process reached before codegen. The same module text, parsed and compiled in a
 process that had done nothing else, gave one output every time (measured: 40 fresh interpreters and
 60 forks of such a server, 30 of them after scrambling its heap).
