@@ -2,14 +2,19 @@
 the manifest entry it then gets. A fresh compile, an object restored from the DVC cache and a re-verified
 object all pass through `accept`; its code (with `disassemble`) is what a manifest records as a row's
 verifier (`verifier_files`), so it lives apart from the build loop: editing how the build schedules,
-batches or reports rows does not make every recorded object's verifier stale."""
+batches or reports rows does not make every recorded object's verifier stale.
+
+The record stops at the boundary packages (farm/plan/code_closure.py): the config and rows (farm.table), the
+input digests and this record itself (farm.plan), the manifest entry's shape (farm.store). The checks get
+from the config only values the row's inputs record (`rules_of`), so what those packages decide is in the
+record as values, and refactoring them changes no manifest."""
 
 from __future__ import annotations
 
 import functools
 
 from farm.accept.elfinfo import CodeObject, NotACodeObject, read_code_object
-from farm.accept.verify import describe, problems
+from farm.accept.verify import Rules, describe, problems
 from farm.contract import CompileResult
 from farm.core.canonical import sha256_bytes
 from farm.plan.code_closure import files_of
@@ -46,6 +51,12 @@ def verifier_files() -> frozenset[str]:
     return files_of([accept, disassemble])
 
 
+def rules_of(cfg: FarmConfig, row: Row) -> Rules:
+    """What `row`'s object must be, from exactly the values its inputs record: the op's compile identity and
+    the target's fields (their digests: inputs `op` and `target`) and the row's resource rules (`allow`)."""
+    return Rules.of(cfg.ops[row.op].compile_identity(), cfg.targets[row.target].as_dict(), row.group, row.allow)
+
+
 def elf_of(result: CompileResult) -> bytes:
     assert result.elf is not None  # accepted results have an object (_refusal)
     return result.elf
@@ -68,7 +79,7 @@ def _refusal(cfg: FarmConfig, row: Row, result: CompileResult, compiled: Compile
         return f"object is not a code object: {exc}"
     if isinstance(functions, str):
         return f"object cannot be disassembled: {functions}"
-    found = problems(co, row, cfg.ops[row.op], cfg.targets[row.target], functions)
+    found = problems(co, rules_of(cfg, row), functions)
     return "verification failed: " + "; ".join(found) if found else co
 
 

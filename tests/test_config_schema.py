@@ -12,7 +12,8 @@ from types import SimpleNamespace
 import pytest
 from conftest import REPO, edit, run_farm, small_copy
 
-from farm.accept.verify import problems
+from farm.accept.verify import Rules, problems
+from farm.acceptance import rules_of
 from farm.core.errors import FarmError
 from farm.table import config as config_mod
 from farm.table.rows import Row
@@ -151,15 +152,18 @@ def test_a_group_may_declare_its_own_symbols(conf_only: Path) -> None:
     edit(conf_only / "conf" / "op" / "rmsnorm.yaml", "  - name: generic\n",
          "  - name: generic\n    symbols: [rmsnorm_generic_0]\n")
     cfg = config_mod.load(conf_only, [])
-    op, target = cfg.ops["rmsnorm"], cfg.targets["gfx942"]
-    assert op.symbols_for("baked") == ("rmsnorm_fwd_0",) and op.symbols_for("generic") == ("rmsnorm_generic_0",)
+    op = cfg.ops["rmsnorm"]
+
+    def rules(group: str) -> Rules:
+        return rules_of(cfg, Row(op="rmsnorm", target="gfx942", name="x", group=group, knobs={}, allow={}))
+
+    assert rules("baked").symbols == ("rmsnorm_fwd_0",) and rules("generic").symbols == ("rmsnorm_generic_0",)
     # The op's identity (in every input digest) changes with a group's symbols, and only then.
     assert before.compile_identity() == {k: v for k, v in op.compile_identity().items() if k != "group_symbols"}
     assert op.compile_identity()["group_symbols"] == {"generic": ["rmsnorm_generic_0"]}
 
     def kernel_problems(group: str, kernels: list[str]) -> list[str]:
-        row = Row(op="rmsnorm", target="gfx942", name="x", group=group, knobs={}, allow={})
-        return [p for p in problems(code_object(kernels), row, op, target, {}) if p.startswith("kernels are")]
+        return [p for p in problems(code_object(kernels), rules(group), {}) if p.startswith("kernels are")]
 
     assert kernel_problems("generic", ["rmsnorm_generic_0"]) == []
     assert kernel_problems("baked", ["rmsnorm_fwd_0"]) == []

@@ -1,13 +1,45 @@
-"""Verify a code object against its row before it is written, and describe it for the manifest."""
+"""Verify a code object against its row before it is written, and describe it for the manifest.
+
+The checks read plain values (`Rules`), never the config's objects: each value is one a row's inputs record
+(the op's compile identity and the target's fields by digest, the resource rules as they are), so the code
+that loads the config and expands rows is not part of what a manifest records as the verifier
+(farm/plan/code_closure.py), and a change to any value the checks read is a changed input all the same.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from farm.accept.elfinfo import ELFOSABI_AMDGPU_HSA, EM_AMDGPU, CodeObject
-from farm.table.config import Op, Target
-from farm.table.rows import Row
 from farm.toolchain.listing import CLASS_NAMES, EXAMPLES
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What one row's object must be."""
+
+    op: str
+    symbols: tuple[str, ...]  # the kernels it must hold, exactly
+    require_instructions: tuple[str, ...]  # instruction classes (farm.toolchain.listing) it must contain
+    target: str
+    elf_machine: int
+    generic_version: int
+    wave_size: int
+    lds_bytes: int
+    allow: Mapping[str, bool]  # resource rules: scratch, vgpr_spill, sgpr_spill
+
+    @classmethod
+    def of(cls, op: Mapping[str, Any], target: Mapping[str, Any], group: str, allow: Mapping[str, bool]) -> Rules:
+        """From the values a row's inputs record: `op` as the op's compile identity (name, symbols,
+        require_instructions, group_symbols when a group declares its own kernels), `target` as the target's
+        fields, the row's group and its resource rules."""
+        symbols = op.get("group_symbols", {}).get(group, op["symbols"])
+        return cls(op=op["name"], symbols=tuple(symbols), require_instructions=tuple(op["require_instructions"]),
+                   target=target["name"], elf_machine=target["elf_machine"],
+                   generic_version=target["generic_version"], wave_size=target["wave_size"],
+                   lds_bytes=target["lds_bytes"], allow=dict(allow))
 
 
 def target_processor(amdhsa_target: str) -> str:
@@ -61,39 +93,39 @@ def describe(co: CodeObject, functions: dict[str, dict[str, int]]) -> dict[str, 
     }
 
 
-def problems(co: CodeObject, row: Row, op: Op, target: Target, functions: dict[str, dict[str, int]]) -> list[str]:
-    """Every way the object fails its row's contract; empty means it may be written."""
+def problems(co: CodeObject, rules: Rules, functions: dict[str, dict[str, int]]) -> list[str]:
+    """Every way the object fails its row's rules; empty means it may be written."""
     found: list[str] = []
     totals = object_totals(functions)
-    for name in op.require_instructions:
+    for name in rules.require_instructions:
         if not totals.get(name):
             found.append(f"no {name} instructions ({EXAMPLES.get(name, name)}) in the disassembly; "
-                         f"op {op.name} requires them (require_instructions)")
+                         f"op {rules.op} requires them (require_instructions)")
     if co.e_machine != EM_AMDGPU or co.os_abi != ELFOSABI_AMDGPU_HSA:
         found.append(f"not an AMDGPU HSA object (e_machine {co.e_machine}, OS/ABI {co.os_abi})")
-    if target_processor(co.amdhsa_target) != target.name:
-        found.append(f"amdhsa.target is {co.amdhsa_target!r}, expected one for {target.name}")
-    if co.mach != target.elf_machine:
-        found.append(f"e_flags machine is 0x{co.mach:03x}, {target.name} is 0x{target.elf_machine:03x}")
-    if co.generic_version != target.generic_version:
-        found.append(f"e_flags generic version is {co.generic_version}, {target.name} needs {target.generic_version}")
-    if target.generic_version and co.abi_version < 4:
+    if target_processor(co.amdhsa_target) != rules.target:
+        found.append(f"amdhsa.target is {co.amdhsa_target!r}, expected one for {rules.target}")
+    if co.mach != rules.elf_machine:
+        found.append(f"e_flags machine is 0x{co.mach:03x}, {rules.target} is 0x{rules.elf_machine:03x}")
+    if co.generic_version != rules.generic_version:
+        found.append(f"e_flags generic version is {co.generic_version}, {rules.target} needs {rules.generic_version}")
+    if rules.generic_version and co.abi_version < 4:
         found.append(f"generic targets need code object v6 (ELF ABI version 4), got {co.abi_version}")
     names = sorted(str(k.get(".name")) for k in co.kernels)
-    symbols = sorted(op.symbols_for(row.group))  # a group may declare its own kernels
+    symbols = sorted(rules.symbols)  # a group may declare its own kernels
     if names != symbols or co.kernel_symbols != symbols:
-        found.append(f"kernels are {names} (symbols {co.kernel_symbols}), op {op.name} declares {symbols}")
+        found.append(f"kernels are {names} (symbols {co.kernel_symbols}), op {rules.op} declares {symbols}")
     for k in co.kernels:
         name = k.get(".name")
-        if k.get(".wavefront_size") != target.wave_size:
-            found.append(f"{name}: wavefront size {k.get('.wavefront_size')}, {target.name} is wave{target.wave_size}")
-        if (k.get(".group_segment_fixed_size") or 0) > target.lds_bytes:
-            found.append(f"{name}: LDS {k.get('.group_segment_fixed_size')} B exceeds {target.lds_bytes} B")
+        if k.get(".wavefront_size") != rules.wave_size:
+            found.append(f"{name}: wavefront size {k.get('.wavefront_size')}, {rules.target} is wave{rules.wave_size}")
+        if (k.get(".group_segment_fixed_size") or 0) > rules.lds_bytes:
+            found.append(f"{name}: LDS {k.get('.group_segment_fixed_size')} B exceeds {rules.lds_bytes} B")
         scratch = k.get(".private_segment_fixed_size") or 0
-        if not row.allow.get("scratch") and (scratch or k.get(".uses_dynamic_stack")):
+        if not rules.allow.get("scratch") and (scratch or k.get(".uses_dynamic_stack")):
             found.append(f"{name}: uses scratch ({scratch} B) and the row does not allow it")
-        if not row.allow.get("vgpr_spill") and (k.get(".vgpr_spill_count") or 0):
+        if not rules.allow.get("vgpr_spill") and (k.get(".vgpr_spill_count") or 0):
             found.append(f"{name}: spills {k.get('.vgpr_spill_count')} VGPRs and the row does not allow it")
-        if not row.allow.get("sgpr_spill") and (k.get(".sgpr_spill_count") or 0):
+        if not rules.allow.get("sgpr_spill") and (k.get(".sgpr_spill_count") or 0):
             found.append(f"{name}: spills {k.get('.sgpr_spill_count')} SGPRs and the row does not allow it")
     return found

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from farm.accept.elfinfo import NotACodeObject, read_code_object
 from farm.accept.verify import describe, problems
+from farm.acceptance import rules_of
 from farm.core.canonical import canonical_json, digest_of, sha256_bytes
 from farm.core.errors import FarmError
 from farm.plan.decide import REVERIFY_NOTE
@@ -217,7 +218,7 @@ def _check_object(cfg: FarmConfig, row: Row, entry: manifest.RecordedEntry, out:
         return found + [f"{path}: {exc}"]
     if not isinstance(functions, dict):  # disasm.count_files: the reason this file alone cannot be read
         return found + [f"{path}: {functions or 'the pinned disassembler could not read it'}"]
-    found += [f"{path}: {p}" for p in problems(co, row, cfg.ops[row.op], cfg.targets[row.target], functions)]
+    found += [f"{path}: {p}" for p in problems(co, rules_of(cfg, row), functions)]
     inputs = entry.get("inputs", {})
     recorded = inputs if isinstance(inputs, dict) else {}
     changes = input_changes(recorded, current_inputs(cfg, row, tree, recorded))

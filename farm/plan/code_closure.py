@@ -1,9 +1,11 @@
-"""Which farm files can run when given functions run: a static superset, the same in every process.
+"""Which farm files can run when given functions run, outside the boundary packages: a static superset, the
+same in every process.
 
 A row's verifier record (manifest `inputs.verifier`) must name every farm file whose code can decide the
-row's acceptance, and be the same set in every build (a compile, a restore from the cache, a re-verify),
-whichever other farm modules the process happened to load. Profiling what ran gives only what one run took;
-this derives, from the code itself, everything that can run:
+row's acceptance or the facts recorded about its object, and be the same set in every build (a compile, a
+restore from the cache, a re-verify), whichever other farm modules the process happened to load. Profiling
+what ran gives only what one run took; this derives, from the code itself, everything that can run (the
+boundary packages left out, see below):
 
 1. the files of the entry functions, and of every function or class of their own module they name
    (their code objects' names, nested code included), transitively;
@@ -19,6 +21,23 @@ function runs what its module's globals and its arguments lead to; a module's co
 imports (at the top or in a function), or what is handed to it, which was made by code of the same
 closure. Third-party code (pyelftools, json) calls farm code only through farm objects it was handed,
 which come from the same closure.
+
+Where it stops: the boundary packages (`BOUNDARY`). A manifest records the code that makes an object's bytes
+(the compile: `inputs.generator`) and the code that derives the facts recorded about it (ELF reading,
+disassembly into instruction classes, the resource and identity checks: `inputs.verifier`); not the code
+that only selects rows, loads and caches the config, plans, measures, stores or moves data. What that code
+decides that can matter for an object is recorded as values in the same inputs: the knobs and resource
+rules (`knobs`, `allow`), the op and target config (`op`, `target`: digests of the very values the checks
+read, see farm/accept/verify.py `Rules`), the toolchain pin (`toolchain`), the sources and lookups. So the
+walk does not enter these packages: a module, function, class or annotated type of one is not followed, and
+neither is anything imported only through one. Recording them would change every shipped manifest (and
+golden digest) when, say, the config cache is refactored, though no object or recorded fact can change.
+
+What keeps the cut honest: the checks take plain values (`Rules`, built from the op's compile identity and
+the target's fields, both recorded), never call code of a boundary package to decide a fact, and the
+compile process loads none of these packages (farm.worker may not import them: pyproject.toml's import
+rules). tests/test_driver_cost.py profiles whole acceptances: every file they run is recorded or is in a
+boundary package.
 """
 
 from __future__ import annotations
@@ -34,6 +53,21 @@ from pathlib import Path
 
 from farm.contract import FARM_DIR, farm_rel
 
+# Packages whose code is not recorded (see the module doc): rows and config (table), what to build and the
+# records themselves (plan), manifests, output files and build measurement (store), scheduling and moving
+# rows (execute), fetching objects back from a cache (restore), the command line (cli).
+BOUNDARY = ("farm.table", "farm.plan", "farm.store", "farm.execute", "farm.restore", "farm.cli")
+
+
+def in_boundary(module: str) -> bool:
+    """Whether the module `module` (dotted name) is one of the boundary packages or inside one."""
+    return any(module == b or module.startswith(b + ".") for b in BOUNDARY)
+
+
+def boundary_file(rel: str) -> bool:
+    """Whether a farm file (path relative to farm/) belongs to a boundary package."""
+    return in_boundary("farm." + rel.removesuffix(".py").removesuffix("/__init__").replace("/", "."))
+
 
 def files_of(functions: Sequence[Callable[..., object]]) -> frozenset[str]:
     """Paths relative to farm/ of every farm file that can run when `functions` run (see the module doc)."""
@@ -48,7 +82,7 @@ def files_of(functions: Sequence[Callable[..., object]]) -> frozenset[str]:
             continue
         seen.add(id(fn))
         rel = farm_rel(code.co_filename)
-        if rel is None:
+        if rel is None or boundary_file(rel):
             continue
         files.add(rel)
         home = sys.modules[fn.__module__]
@@ -58,7 +92,7 @@ def files_of(functions: Sequence[Callable[..., object]]) -> frozenset[str]:
             owner = _module_name(value)
             if owner == home.__name__:  # the module's own function or class: its code, followed
                 todo += _functions(value)
-            elif owner is not None and owner.split(".")[0] == "farm":
+            elif owner is not None and owner.split(".")[0] == "farm" and not in_boundary(owner):
                 roots.add(owner)
     return frozenset(files | import_closure(frozenset(roots)))
 
@@ -107,20 +141,21 @@ def _annotation_modules(fn: Callable[..., object]) -> set[str]:
         hint = todo.pop()
         todo += typing.get_args(hint)
         name = getattr(hint, "__module__", None)
-        if isinstance(name, str) and name.split(".")[0] == "farm":
+        if isinstance(name, str) and name.split(".")[0] == "farm" and not in_boundary(name):
             out.add(name)
     return out
 
 
 @functools.cache
 def import_closure(modules: frozenset[str]) -> frozenset[str]:
-    """Files (relative to farm/) of `modules` and every farm module their source imports, transitively."""
+    """Files (relative to farm/) of `modules` and every farm module their source imports, transitively;
+    the boundary packages are not entered (nor anything reached only through them)."""
     files: set[str] = set()
     todo = sorted(modules)
     done: set[str] = set()
     while todo:
         name = todo.pop()
-        if name in done:
+        if name in done or in_boundary(name):
             continue
         done.add(name)
         path = _module_file(name)

@@ -8,12 +8,14 @@ A row's recorded inputs (manifest entry `inputs`):
   directory there (hits and misses), each directory other code listed, each absent file it tried to open;
 - generator {farm rel path: SHA256}: the farm code that made the bytes, as recorded by the compile (every
   farm module the compile process loaded, and the code that prepared it: farm/worker/isolate.py);
-- verifier {farm rel path: SHA256}: every farm file that can run while the driver verifies and records
-  the object: the static closure of farm/acceptance.py `accept` and `disassemble` (farm/plan/code_closure.py:
-  acceptance.py, verify.py, elfinfo.py, disasm.py, this module, manifest.py, the config and row modules their
-  arguments come from, and everything those import). Derived from the code, so every build (a compile, a
-  restore, a re-verify) records the same set for a row. A change there (a docstring edit too: files are
-  compared by hash) re-verifies the existing object without compiling it.
+- verifier {farm rel path: SHA256}: every farm file that can run while the driver verifies the object and
+  derives the facts recorded about it: the static closure of farm/acceptance.py `accept` and `disassemble`
+  (farm/plan/code_closure.py: acceptance.py, farm/accept/, the disassembler and toolchain modules, and
+  everything those import), cut at the boundary packages (farm.table, farm.plan with this module, farm.store
+  and the others code_closure.py names), whose outputs are recorded as values (knobs, allow, op, target,
+  toolchain). Derived from the code, so every build (a compile, a restore, a re-verify) records the same
+  set for a row. A change there (a docstring edit too: files are compared by hash) re-verifies the existing
+  object without compiling it; a change to a boundary package changes no record.
 """
 
 from __future__ import annotations

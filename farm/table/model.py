@@ -95,10 +95,3 @@ class Op:
         if group_symbols:
             identity["group_symbols"] = group_symbols
         return identity
-
-    def symbols_for(self, group: str) -> tuple[str, ...]:
-        """The kernels every object of `group` must contain: the group's own set, else the op's."""
-        for g in self.groups:
-            if g.name == group and g.symbols is not None:
-                return g.symbols
-        return self.symbols
