@@ -8,10 +8,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from conftest import REPO, last_line, run_farm, small_copy
+
+from farm.plan.code_closure import boundary_file
 
 ROW = "rmsnorm_bf16_train_n2560"
 SELECT = ("targets=[gfx942]", f"names=[{ROW}]")
@@ -93,6 +97,49 @@ def test_shadowing_package_invalidates_rows(project: Path) -> None:
         assert last_line(farm(project, "plan").stdout) == "rows=1 up_to_date=1 to_build=0"
     finally:
         other.unlink()
+
+
+@contextmanager
+def commented(files: list[Path]) -> Iterator[None]:
+    """`files` with a comment added at their end (no code changes), as they were again afterwards."""
+    before = {path: path.read_bytes() for path in files}
+    try:
+        for path, data in before.items():
+            path.write_bytes(data + b"\n# an edit that changes no code\n")
+        yield
+    finally:
+        for path, data in before.items():
+            path.write_bytes(data)
+
+
+def test_only_code_on_the_compile_path_is_recorded(project: Path) -> None:
+    """A row records the farm code that makes its bytes and derives its recorded facts: an edit there rebuilds
+    or re-verifies it. The code that loads and caches the config, expands rows, plans, stores, measures or
+    moves data (the boundary packages, farm/plan/code_closure.py) is not recorded: what it decides is recorded
+    as values, so an edit to any of it leaves the row up to date."""
+    inputs = entry(project)["inputs"]
+    recorded = set(inputs["generator"]) | set(inputs["verifier"])
+    assert "worker/binary_step.py" in inputs["generator"] and "accept/verify.py" in inputs["verifier"]
+    # The compile process loads none of the boundary packages, and the verifier's closure stops at them.
+    assert not [rel for rel in recorded if boundary_file(rel)]
+    farm_dir = project / "farm"
+    unrecorded = sorted(path for path in farm_dir.rglob("*.py")
+                        if "__pycache__" not in path.parts and path.relative_to(farm_dir).as_posix() not in recorded)
+    names = {path.relative_to(farm_dir).as_posix() for path in unrecorded}
+    # The config and its cache, the manifest store, the input digests, the build's measurement: none recorded.
+    assert {"table/config_cache.py", "table/config.py", "store/manifest.py", "plan/digest.py"} <= names
+    assert any(name.endswith("driver_cost.py") for name in names)
+    with commented(unrecorded):
+        assert last_line(farm(project, "plan").stdout) == "rows=1 up_to_date=1 to_build=0"
+    with commented([farm_dir / "worker" / "binary_step.py"]):  # the codegen step: the row must rebuild
+        line = plan_line(project)
+        assert line.split()[0] == "inputs-changed"
+        assert "farm generator code farm/worker/binary_step.py changed" in line
+    with commented([farm_dir / "accept" / "verify.py"]):  # the checks: the object must be verified again
+        line = plan_line(project)
+        assert line.split()[0] == "reverify"
+        assert "farm verification code farm/accept/verify.py changed" in line
+    assert last_line(farm(project, "plan").stdout) == "rows=1 up_to_date=1 to_build=0"
 
 
 def test_new_farm_worker_module_is_an_input(tmp_path: Path) -> None:
