@@ -9,9 +9,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
+
+from farm.plan.code_closure import BOUNDARY
 
 REPO = Path(__file__).resolve().parent.parent
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
@@ -19,6 +22,7 @@ LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 LAYERS = "farm: layers point down only"
 WORKER = "farm.worker imports only farm.contract, farm.toolchain, farm.core"
 CYCLES = "farm: no import cycles between siblings"
+CHECKS = "farm.accept imports no boundary package of the verifier record"
 
 
 def lint(root: Path) -> subprocess.CompletedProcess[str]:
@@ -48,7 +52,7 @@ def add_line(path: Path, line: str) -> None:
 def test_the_package_keeps_every_contract(farm_copy: Path) -> None:
     proc = lint(farm_copy)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for contract in (LAYERS, WORKER, CYCLES):
+    for contract in (LAYERS, WORKER, CYCLES, CHECKS):
         assert verdict(proc.stdout, contract) == "KEPT"
 
 
@@ -81,6 +85,18 @@ def test_the_worker_side_loads_no_driver_code(farm_copy: Path) -> None:
     proc = lint(farm_copy)
     assert verdict(proc.stdout, WORKER) == "BROKEN"
     assert "farm.worker is not allowed to import farm.table" in proc.stdout
+
+
+def test_the_object_checks_load_no_config_code(farm_copy: Path) -> None:
+    """The verifier record stops at the boundary packages: the checks may not import them (the contract's
+    list is the record's)."""
+    contract = next(c for c in tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+                    if c["name"] == CHECKS)
+    assert contract["source_modules"] == ["farm.accept"] and tuple(contract["forbidden_modules"]) == BOUNDARY
+    add_line(farm_copy / "farm/accept/verify.py", "from farm.table import model  # noqa")
+    proc = lint(farm_copy)
+    assert verdict(proc.stdout, CHECKS) == "BROKEN"
+    assert "farm.accept is not allowed to import farm.table" in proc.stdout
 
 
 def test_a_cycle_inside_a_package_is_named(farm_copy: Path) -> None:
