@@ -45,7 +45,9 @@ def test_every_target_built_and_verified(built: Path) -> None:
         assert "rmsnorm for " + target in (out / target / "SOURCE.md").read_text()
     check = run_farm(built, "check")
     assert check.returncode == 0, check.stdout
-    assert last_line(check.stdout) == f"checked {5 * SMALL_ROWS_PER_TARGET} objects in 5 directories: no drift"
+    assert last_line(check.stdout) == (f"checked {5 * SMALL_ROWS_PER_TARGET} objects and 5 manifests in 5 directories "
+                                       "against the build record (outputs.sha256 not recorded yet: `farm golden`): "
+                                       "no drift")
 
 
 def test_build_report_and_timeline(built: Path) -> None:

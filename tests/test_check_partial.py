@@ -80,8 +80,8 @@ def test_the_whole_check_of_a_partial_tree_warns_once_per_directory_and_exits_0(
     verbose = run_farm(project, "-v", "check", f"outputs_dir={tree}")
     assert verbose.returncode == 0
     listed = [line.strip() for line in verbose.stdout.splitlines() if line.startswith("  ")]
-    assert sorted(listed) == [str(tree / "rmsnorm" / "gfx942" / f"rmsnorm_{name}.hsaco")
-                              for name in ("f16_f32gamma_train_n16384", "f16_f32gamma_train_n2560", "f32_infer_generic")]
+    names = ("f16_f32gamma_train_n16384", "f16_f32gamma_train_n2560", "f32_infer_generic")
+    assert sorted(listed) == [str(tree / "rmsnorm" / "gfx942" / f"rmsnorm_{name}.hsaco") for name in names]
 
 
 def test_complete_makes_rows_not_built_exit_1(partial: tuple[Path, Path]) -> None:

@@ -369,7 +369,9 @@ def test_rows_run_on_worker_nodes_and_match_a_local_build(cluster: Any, project:
     assert tree_bytes(project / "outputs") == reference
     check = run_farm(project, "check")
     assert check.returncode == 0, check.stdout
-    assert last_line(check.stdout) == f"checked {ROWS} objects in 1 directories: no drift"
+    assert last_line(check.stdout) == (f"checked {ROWS} objects and 1 manifest in 1 directory "
+                                       "against the build record (outputs.sha256 not recorded yet: `farm golden`): "
+                                       "no drift")
 
     # No process of a worker node touched the project or the driver's farm package; Ray workers ran guarded.
     new = guard_log(guard)[seen:]

@@ -91,9 +91,12 @@ def test_a_dying_compile_fails_its_row_alone(crashy_project: Path, warm: str, tm
     assert "crashy/gfx942/crashy_hang failed: compile did not finish: time limit 20 s reached" in proc.stderr
     files = sorted(p.name for p in (out / "crashy" / "gfx942").iterdir())
     assert files == ["SOURCE.md", "crashy_ok.hsaco", "manifest.json"]
-    check = run_farm(crashy_project, "check", "ops=[crashy]", f"outputs_dir={out}")
+    check = run_farm(crashy_project, "-v", "check", "ops=[crashy]", f"outputs_dir={out}")
     assert "crashy_ok" not in check.stdout  # the healthy object is complete and verified
-    assert "crashy_abort.hsaco: row crashy/gfx942/crashy_abort has no entry" in check.stdout
+    # The failed rows left nothing: not built (listed with -v), not drift.
+    assert check.returncode == 0 and "DRIFT" not in check.stdout, check.stdout
+    assert f"NOT BUILT {out / 'crashy' / 'gfx942'}/: 4 of its 5 selected rows have no object" in check.stdout
+    assert f"  {out / 'crashy' / 'gfx942' / 'crashy_abort.hsaco'}" in check.stdout.splitlines()
     report = json.loads((crashy_project / ".farm" / "reports" / "latest-build.json").read_text())
     failed = {r["key"]: r for r in report["rows"] if not r["written"]}
     assert "LLVM ERROR" in failed["crashy/gfx942/crashy_abort"]["stderr"]
