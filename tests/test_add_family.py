@@ -12,6 +12,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 import tilek_family
 from conftest import run_farm, small_copy
 from test_vendor import MIT, commit_files, git
@@ -118,6 +119,7 @@ def vendor_add(project: Path, repo: Path, commit: str, paths: str) -> subprocess
                     f"paths={paths}")
 
 
+@pytest.mark.slow
 def test_vendor_and_build_a_new_family(tmp_path: Path) -> None:
     project = small_copy(tmp_path / "proj")
     repo, commit = make_upstream(tmp_path)
@@ -183,6 +185,7 @@ def test_import_closure_of_packages_and_relative_imports(tmp_path: Path) -> None
     assert found == [("pkg.nothere", "fam/k.py", 2), ("fam.gone", "fam/k.py", 4), ("...", "fam/k.py", 5)]
 
 
+@pytest.mark.slow
 def test_a_third_party_family_end_to_end(tmp_path: Path) -> None:
     """docs/adding-a-family.md on a family unlike this project's (tests/tilek_family.py): a nested upstream
     package vendored with base=, a host-only import met with a stand-in of our own, a launcher that is a class,

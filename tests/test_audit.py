@@ -12,6 +12,8 @@ from conftest import last_line, run_farm, write_lld19_toolchain
 
 from farm.accept.elfinfo import read_code_object
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture()
 def project(built: Path, tmp_path: Path) -> Path:

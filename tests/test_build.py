@@ -12,6 +12,8 @@ from conftest import SMALL_ROWS_PER_TARGET, last_line, run_farm
 
 from farm.accept.elfinfo import read_code_object
 
+pytestmark = pytest.mark.slow
+
 EXPECTED_MACHINE = {"gfx90a": 0x03F, "gfx942": 0x04C, "gfx950": 0x04F, "gfx11-generic": 0x054, "gfx12-generic": 0x059}
 TARGETS = sorted(EXPECTED_MACHINE)
 

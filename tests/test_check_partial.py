@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import SMALL_ROWS_PER_TARGET, built_copy, last_line, run_farm
 
+pytestmark = pytest.mark.slow
+
 BUILT = {"gfx942": 3, "gfx90a": SMALL_ROWS_PER_TARGET}  # rows built per target: gfx942 in part, gfx90a whole
 ABSENT = ("gfx11-generic", "gfx12-generic", "gfx950")  # the other targets of rmsnorm: nothing built
 UNBUILT = 5 * SMALL_ROWS_PER_TARGET - sum(BUILT.values())

@@ -75,6 +75,7 @@ def refused_usage(proc, prog: str, *needles: str) -> str:  # noqa: ANN001 (Compl
     return proc.stderr
 
 
+@pytest.mark.slow
 def test_unknown_flag_is_named_with_the_accepted_ones(tmp_path: Path) -> None:
     """Before: `farm build --dry-run` ignored the flag and built."""
     env = nowhere_env(tmp_path)
@@ -95,6 +96,7 @@ def test_misspelled_verb_gets_did_you_mean(tmp_path: Path) -> None:
     assert "did you mean" not in err
 
 
+@pytest.mark.slow
 def test_flags_and_words_in_any_order(small_project: Path) -> None:
     """Flags may stand before the verb, between words or after them; every word keeps its meaning."""
     outputs = []
@@ -259,6 +261,7 @@ def test_progress_interval_from_the_environment(monkeypatch: pytest.MonkeyPatch)
             interval_s()
 
 
+@pytest.mark.slow
 def test_build_not_on_a_terminal_prints_progress_lines(small_project: Path, tmp_path: Path) -> None:
     """A real build with stderr captured (a pipe): progress lines with every field, for the one row."""
     row = "rmsnorm/gfx942/rmsnorm_f32_infer_generic"

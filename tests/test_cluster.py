@@ -37,6 +37,8 @@ from conftest import REPO, last_line, run_farm, small_one_target_copy
 
 import farm
 
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+
 # Ray reads this when it is imported, and every node this module starts inherits it: with it, the
 # nodes advertise and bind 127.0.0.1. Set before anything here imports ray.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"

@@ -41,6 +41,7 @@ def _sha(result: CompileResult) -> str:
     return hashlib.sha256(result.elf).hexdigest()
 
 
+@pytest.mark.slow
 def test_warm_compiles_of_the_varying_row_agree_with_a_fresh_process(problem_row: tuple[CompileRequest, dict]) -> None:
     request, sources = problem_row
     server = WarmServer()

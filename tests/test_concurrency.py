@@ -10,9 +10,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import SMALL_ROWS_PER_TARGET, built_copy, run_farm, small_copy
 
 from farm.store.lock import tree_lock
+
+pytestmark = pytest.mark.slow
 
 
 def _farm(project: Path, *args: str) -> subprocess.Popen:

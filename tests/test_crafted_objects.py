@@ -32,6 +32,8 @@ from farm.table.rows import Row
 from farm.toolchain import disasm
 from farm.toolchain.installed import compile_part
 
+pytestmark = pytest.mark.slow
+
 OP, TARGET, NAME = "rmsnorm", "gfx942", "rmsnorm_bf16_infer_generic"  # a row of the session's small table
 SELECTION = (f"targets=[{TARGET}]", f"names=[{NAME}]")
 PINNED = yaml.safe_load((REPO / "conf" / "toolchain" / "pinned.yaml").read_text())["disassembler"]

@@ -116,6 +116,7 @@ def _real_case(project: Path, op: str, target: str) -> tuple[FarmConfig, Row, Co
     return cfg, row, result, CompileRecord.of_result(result, Tree.of(collect(cfg.kernels_dir)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("op", "target"), [("rmsnorm", "gfx942"), ("rmsnorm", "gfx11-generic")])
 def test_verifier_record_holds_every_file_an_acceptance_ran(built: Path, op: str, target: str) -> None:
     cfg, row, result, compiled = _real_case(built, op, target)
@@ -168,6 +169,7 @@ def test_the_verifier_record_stops_at_the_boundary_packages() -> None:
     assert not boundary_file("accept/verify.py") and not boundary_file("tablet.py")
 
 
+@pytest.mark.slow
 def test_the_plain_reader_gives_what_pyelftools_gives_on_every_object_at_hand(built: Path) -> None:
     """Every object the session built (every target), and this checkout's outputs/ when it holds a build."""
     objects = sorted(built.glob("outputs/*/*/*.hsaco")) + sorted((REPO / "outputs").glob("*/*/*.hsaco"))
@@ -177,6 +179,7 @@ def test_the_plain_reader_gives_what_pyelftools_gives_on_every_object_at_hand(bu
         assert elfinfo._read_plain(data) == elfinfo._read_general(data), path
 
 
+@pytest.mark.slow
 def test_an_odd_file_is_judged_by_the_general_reader(built: Path) -> None:
     data = bytearray((built / "outputs").glob("rmsnorm/gfx942/*.hsaco").__next__().read_bytes())
     data[18] = 62  # e_machine: x86-64

@@ -169,6 +169,7 @@ def published(src: Path, s3: str, env: dict[str, str], tmp_path_factory: pytest.
 
 # ---------------------------------------------------------------------------------------------- tests
 
+@pytest.mark.slow
 def test_s3_push_then_pull_into_fresh_clone_is_byte_identical(published: Path, src: Path, s3: str,
                                                               env: dict[str, str], tmp_path: Path) -> None:
     keys = s3_tool(env, s3, "ls", BUCKET, "pub/").split()
@@ -186,6 +187,7 @@ def test_s3_push_then_pull_into_fresh_clone_is_byte_identical(published: Path, s
     no_secret_anywhere(proc.stdout, proc.stderr, status.stdout, status.stderr, fresh)
 
 
+@pytest.mark.slow
 def test_status_names_missing_directory_and_its_pull_command(published: Path, s3: str, env: dict[str, str],
                                                              tmp_path: Path) -> None:
     project = clone(published, tmp_path / "p", outputs=True, published=True)
@@ -201,6 +203,7 @@ def test_status_names_missing_directory_and_its_pull_command(published: Path, s3
     assert run_farm(project, "status", SEL, *s3_args(s3, "pub"), env=env).returncode == 0
 
 
+@pytest.mark.slow
 def test_blob_corrupted_on_the_remote_is_detected_on_pull(src: Path, s3: str, env: dict[str, str],
                                                           tmp_path: Path) -> None:
     pusher = clone(src, tmp_path / "pusher", outputs=True, published=False)
@@ -229,6 +232,7 @@ def test_blob_corrupted_on_the_remote_is_detected_on_pull(src: Path, s3: str, en
     assert not (trusting / "outputs").exists()
 
 
+@pytest.mark.slow
 def test_push_of_a_tampered_tree_is_refused(src: Path, s3: str, env: dict[str, str], tmp_path: Path) -> None:
     project = clone(src, tmp_path / "p", outputs=True, published=False)
     victim = project / "outputs" / TARGET_DIR / "rmsnorm_f32_infer_generic.hsaco"
@@ -241,6 +245,7 @@ def test_push_of_a_tampered_tree_is_refused(src: Path, s3: str, env: dict[str, s
     assert s3_tool(env, s3, "ls", BUCKET, "tampered/").split() == []
 
 
+@pytest.mark.slow
 def test_local_default_remote_round_trip_and_change_report(src: Path, env: dict[str, str], tmp_path: Path) -> None:
     project = clone(src, tmp_path / "p", outputs=True, published=False)
     before = run_farm(project, "status", SEL, env=env)
@@ -286,6 +291,7 @@ def test_local_default_remote_round_trip_and_change_report(src: Path, env: dict[
     assert run_farm(project, "status", SEL, env=env).returncode == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, needle", [
     (["outputs_dir=/tmp/farm-elsewhere"], "is not inside the project root"),
     (["remote=s3"], "remote.url is not set for remote=s3"),
@@ -302,6 +308,7 @@ def test_push_user_errors(src: Path, tmp_path: Path, args: list[str], needle: st
     assert not (project / "outputs.dvc").exists()
 
 
+@pytest.mark.slow
 def test_unreachable_s3_endpoint_on_push_is_one_line(src: Path, env: dict[str, str], tmp_path: Path) -> None:
     """No server at the endpoint (a loopback port nothing listens on): one line naming the remote and the
     fix, not the S3 client stack's traceback."""
@@ -326,6 +333,7 @@ def fix_command(line: str, label: str) -> list[str]:
     return re.search(label + r" `farm ([^`]*)`", line).group(1).split()
 
 
+@pytest.mark.slow
 def test_push_after_partial_build_reports_not_built_not_drift(src: Path, env: dict[str, str],
                                                              tmp_path: Path) -> None:
     """Before: the rows a partial build had not made yet were reported as DRIFT (no entry in manifest.json)."""
@@ -353,6 +361,7 @@ def test_push_after_partial_build_reports_not_built_not_drift(src: Path, env: di
     assert tree_bytes(project / "outputs") == tree_bytes(src / "outputs")
 
 
+@pytest.mark.slow
 def test_push_refuses_a_directory_with_objects_deleted_naming_it(src: Path, env: dict[str, str],
                                                                  tmp_path: Path) -> None:
     """A directory missing rows is never published, also outside the selection, and is named with its count."""
@@ -366,6 +375,7 @@ def test_push_refuses_a_directory_with_objects_deleted_naming_it(src: Path, env:
     assert not (project / "outputs.dvc").exists()
 
 
+@pytest.mark.slow
 def test_status_before_first_push_does_not_contradict_itself(src: Path, env: dict[str, str],
                                                              tmp_path: Path) -> None:
     """Before: `8 files here, 0 in outputs.dvc` next to `0 added`, and `1 directories, 2 need action`."""
@@ -387,6 +397,7 @@ def test_status_before_first_push_does_not_contradict_itself(src: Path, env: dic
     assert last_line(proc.stdout) == "status: 1 directories, everything matches outputs.dvc and instances/"
 
 
+@pytest.mark.slow
 def test_absent_directories_are_published_only_on_purpose(src: Path, env: dict[str, str], tmp_path: Path) -> None:
     """Before: a push from a tree lacking directories of the table exited 0 with a warning per directory and
     dropped them from outputs.dvc and their lines from outputs.sha256. Now it refuses unless --partial says so,

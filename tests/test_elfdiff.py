@@ -20,6 +20,8 @@ from elftools.elf.elffile import ELFFile
 
 from farm.assure.elfdiff import compare, render, summary, to_json
 
+pytestmark = pytest.mark.slow
+
 OBJ = "rmsnorm/{target}/rmsnorm_f32_{phase}_generic.hsaco"
 KERNEL = "rmsnorm_fwd_0"
 E_FLAGS_OFFSET = 0x30  # Elf64_Ehdr: e_ident 16, e_type 2, e_machine 2, e_version 4, e_entry/phoff/shoff 8 each

@@ -8,10 +8,13 @@ import re
 import struct
 from pathlib import Path
 
+import pytest
 from conftest import built_copy, run_farm
 
 from farm.emulate.decode import decode_all
 from farm.emulate.launch import load
+
+pytestmark = pytest.mark.slow
 
 LAST_LINE = re.compile(r"^emulated=(\d+) within=(\d+) outside=(\d+) max_err=(\S+)$")
 FORWARD = "rmsnorm/gfx11-generic/"

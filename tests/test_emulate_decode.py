@@ -33,6 +33,7 @@ def _llvm_listing(path: Path) -> list[tuple[int, str, str | None]]:
     return out
 
 
+@pytest.mark.slow
 def test_every_instruction_decodes_as_llvm_disassembles_it(built: Path) -> None:
     objects = sorted((built / "outputs" / "rmsnorm" / "gfx11-generic").glob("*.hsaco"))
     assert objects

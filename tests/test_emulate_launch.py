@@ -44,6 +44,7 @@ def rdna3_objects(built: Path) -> list[Path]:
     return objects
 
 
+@pytest.mark.slow
 def test_each_kernel_matches_llvms_reading_of_its_descriptor(rdna3_objects: list[Path]) -> None:
     for path in rdna3_objects:
         program = load(path.read_bytes())
@@ -70,6 +71,7 @@ def test_each_kernel_matches_llvms_reading_of_its_descriptor(rdna3_objects: list
             program.code_at(kernel.entry, 4)  # the entry is inside .text
 
 
+@pytest.mark.slow
 def test_arguments_and_workgroup_come_from_the_metadata_note(rdna3_objects: list[Path]) -> None:
     for path in rdna3_objects:
         meta = read_code_object(path.read_bytes()).kernels
@@ -96,6 +98,7 @@ def test_a_hand_made_descriptor_decodes_field_by_field() -> None:
     assert d.user_sgpr_count == 6 and d.workgroup_id_sgprs == {"x": 6, "z": 7} and d.workitem_id_vgprs == 2
 
 
+@pytest.mark.slow
 def test_what_is_not_a_launchable_object_is_named(rdna3_objects: list[Path]) -> None:
     with pytest.raises(NotLaunchable, match="64 bytes"):
         Descriptor.parse(bytes(10))

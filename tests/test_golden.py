@@ -14,6 +14,8 @@ from conftest import built_copy, last_line, run_farm, shrink_op
 import farm
 from farm.assure.golden_code import stale
 
+pytestmark = pytest.mark.slow
+
 
 def test_golden_digests_are_recorded_and_verified_by_sha256sum(built: Path, tmp_path: Path) -> None:
     project = built_copy(built, tmp_path / "p")

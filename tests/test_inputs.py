@@ -17,6 +17,8 @@ from conftest import REPO, last_line, run_farm, small_copy
 
 from farm.plan.code_closure import boundary_file
 
+pytestmark = pytest.mark.slow
+
 ROW = "rmsnorm_bf16_train_n2560"
 SELECT = ("targets=[gfx942]", f"names=[{ROW}]")
 OBJECT = Path("outputs/rmsnorm/gfx942") / f"{ROW}.hsaco"

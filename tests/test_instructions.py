@@ -54,6 +54,7 @@ def attention(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tupl
     return project, rows
 
 
+@pytest.mark.slow
 def test_attention_objects_issue_matrix_instructions(attention: tuple[Path, list]) -> None:
     project, rows = attention
     for op, target, name, cls in rows:
@@ -73,6 +74,7 @@ def test_attention_objects_issue_matrix_instructions(attention: tuple[Path, list
                                        "no drift")
 
 
+@pytest.mark.slow
 def test_check_recomputes_the_counts(attention: tuple[Path, list], tmp_path: Path) -> None:
     source, rows = attention
     project = tmp_path / "p"
@@ -87,6 +89,7 @@ def test_check_recomputes_the_counts(attention: tuple[Path, list], tmp_path: Pat
     assert f"{name}.hsaco: manifest 'kernels' does not match the object" in check.stdout
 
 
+@pytest.mark.slow
 def test_a_missing_required_class_fails_the_row(tmp_path: Path) -> None:
     """RMSNorm has no matrix instructions: requiring MFMA must fail its row, naming the class."""
     project = copy_project(tmp_path / "p")
@@ -147,6 +150,7 @@ def test_output_of_several_files_splits_by_file_and_function() -> None:
     assert found[b] == {"k1": {**dict.fromkeys(CLASS_NAMES, 0), "valu": 1}}
 
 
+@pytest.mark.slow
 def test_attention_warm_forks_match_fresh_processes(attention: tuple[Path, list], tmp_path: Path) -> None:
     """The warm zygote (which pre-imports FlyDSL's lazily loaded modules and freezes the GC) gives
     the same bytes as a fresh interpreter per row, for every attention family."""
@@ -179,6 +183,7 @@ def _objects(project: Path) -> list[Path]:
     return found
 
 
+@pytest.mark.slow
 def test_case9_one_truncated_object_does_not_taint_the_others(bwd_built: Path, tmp_path: Path) -> None:
     """llvm-objdump stops at the first bad file of a batch: the objects after it must still be checked."""
     project = tmp_path / "p"
@@ -198,6 +203,7 @@ def _unknown_machine(data: bytes) -> bytes:
     return data[:18] + (0x1234).to_bytes(2, "little") + data[20:]
 
 
+@pytest.mark.slow
 def test_case9_count_files_gives_the_bad_file_its_own_reason(bwd_built: Path, tmp_path: Path) -> None:
     good = _objects(bwd_built)
     bad = tmp_path / "a_bad.hsaco"
@@ -215,6 +221,7 @@ def test_case9_count_files_gives_the_bad_file_its_own_reason(bwd_built: Path, tm
     assert isinstance(cut, str) and cut.startswith(f"{disasm.MALFORMED}: ") and "past the end of the file" in cut
 
 
+@pytest.mark.slow
 def test_a_large_batch_s_listing_is_parsed_apart_with_the_same_counts(
         bwd_built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """At PARSE_APART_AT objects the listing is parsed by a child Python (listing.py, stdlib only), not in
@@ -243,6 +250,7 @@ def test_a_large_batch_s_listing_is_parsed_apart_with_the_same_counts(
         assert ran.exists(), answer  # the broken child was asked, and its answer set aside
 
 
+@pytest.mark.slow
 def test_case9_count_many_shares_the_path(bwd_built: Path) -> None:
     good = _objects(bwd_built)[1].read_bytes()
     bad, fine = count_many(PINNED, "gfx942", [_unknown_machine(good), good])
@@ -250,6 +258,7 @@ def test_case9_count_many_shares_the_path(bwd_built: Path) -> None:
     assert fine == count_files(PINNED, "gfx942", [_objects(bwd_built)[1]])[_objects(bwd_built)[1]]
 
 
+@pytest.mark.slow
 def test_mutated_objects_never_crash_the_disassembler(bwd_built: Path) -> None:
     """Fuzz: truncations, byte flips and junk appended give a result or a reason each, never an exception."""
     base = _objects(bwd_built)[0].read_bytes()
@@ -271,6 +280,7 @@ def test_mutated_objects_never_crash_the_disassembler(bwd_built: Path) -> None:
     assert any(isinstance(r, str) for r in results)
 
 
+@pytest.mark.slow
 def test_case14_disasm_scratch_is_private_and_dead_processes_leftovers_are_swept(
         bwd_built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

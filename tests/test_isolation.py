@@ -78,6 +78,7 @@ def crashy_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return project
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("warm", ["true", "false"])
 def test_a_dying_compile_fails_its_row_alone(crashy_project: Path, warm: str, tmp_path: Path) -> None:
     out = tmp_path / "out"
@@ -102,6 +103,8 @@ def test_a_dying_compile_fails_its_row_alone(crashy_project: Path, warm: str, tm
     assert "LLVM ERROR" in failed["crashy/gfx942/crashy_abort"]["stderr"]
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_ray_stays_on_loopback() -> None:
     import ray
 
@@ -153,6 +156,7 @@ def _bounded_build(project: Path, *args: str, limit_s: float = 300) -> subproces
                           capture_output=True, text=True, timeout=limit_s)
 
 
+@pytest.mark.slow
 def test_parent_deadline_kills_a_compile_that_ignores_its_alarm(crashy_project: Path, tmp_path: Path) -> None:
     """Case 7: the child's own SIGALRM was the only time limit on the warm path; a compile with its own
     SIGALRM handler hung the row (and its worker) for good. The parent now kills it at the deadline."""
@@ -164,6 +168,7 @@ def test_parent_deadline_kills_a_compile_that_ignores_its_alarm(crashy_project: 
     assert (tmp_path / "out" / "crashy" / "gfx942" / "crashy_ok.hsaco").is_file()
 
 
+@pytest.mark.slow
 def test_a_dead_compile_server_is_not_reported_as_a_time_limit(crashy_project: Path, tmp_path: Path) -> None:
     """Case 13: a zygote killed mid-compile was reported as `time limit 900 s`."""
     proc = _bounded_build(crashy_project, "ops=[crashy]", "names=[crashy_killserver,crashy_ok]",

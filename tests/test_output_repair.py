@@ -15,6 +15,8 @@ from conftest import built_copy, last_line, run_farm
 
 from farm.core.canonical import canonical_json
 
+pytestmark = pytest.mark.slow
+
 TARGET = "gfx942"
 SEL = f"targets=[{TARGET}]"
 # Two rows of one target whose objects differ (a copy of one over the other is what case 11 did).

@@ -34,6 +34,7 @@ def add_entries(project: Path, files: list[object], target: str = TARGET) -> Non
     path.write_text(json.dumps(data))
 
 
+@pytest.mark.slow
 def test_manifest_entry_with_dotdot_or_absolute_path_deletes_nothing(built: Path, tmp_path: Path) -> None:
     project = built_copy(built, tmp_path / "p")
     neighbour = project / "outputs" / "rmsnorm" / "gfx950" / "rmsnorm_bf16_train_n2560.hsaco"
@@ -60,6 +61,7 @@ def test_manifest_entry_with_dotdot_or_absolute_path_deletes_nothing(built: Path
     assert run_farm(project, "check").returncode == 0
 
 
+@pytest.mark.slow
 def test_manifest_names_123_empty_and_dotdot_do_not_crash(built: Path, tmp_path: Path) -> None:
     project = built_copy(built, tmp_path / "p")
     add_entries(project, [123, "", "..", None])
@@ -75,6 +77,7 @@ def test_manifest_names_123_empty_and_dotdot_do_not_crash(built: Path, tmp_path:
     assert run_farm(project, "check").returncode == 0
 
 
+@pytest.mark.slow
 def test_unrecorded_object_is_never_deleted(built: Path, tmp_path: Path) -> None:
     """Prune removes only objects the manifest recorded; a file the farm cannot show it wrote stays."""
     project = built_copy(built, tmp_path / "p")
@@ -87,6 +90,7 @@ def test_unrecorded_object_is_never_deleted(built: Path, tmp_path: Path) -> None
     assert check.returncode == 1 and f"{foreign}: file not recorded in manifest.json" in check.stdout
 
 
+@pytest.mark.slow
 def test_symlinked_target_directory_is_refused(built: Path, tmp_path: Path) -> None:
     project = built_copy(built, tmp_path / "p")
     elsewhere = tmp_path / "elsewhere"
@@ -108,6 +112,7 @@ def test_symlinked_target_directory_is_refused(built: Path, tmp_path: Path) -> N
     assert {p.name: p.read_bytes() for p in elsewhere.iterdir()} == before
 
 
+@pytest.mark.slow
 def test_object_symlink_is_not_up_to_date_and_is_replaced(built: Path, tmp_path: Path) -> None:
     """An object swapped for a symlink (even to identical bytes) is not "up to date"; the rebuild replaces the
     link and never writes through it."""
@@ -123,6 +128,7 @@ def test_object_symlink_is_not_up_to_date_and_is_replaced(built: Path, tmp_path:
     assert not obj.is_symlink() and obj.read_bytes() == outside.read_bytes()
 
 
+@pytest.mark.slow
 def test_predictable_toolchain_cache_path_is_not_written(built: Path, tmp_path: Path) -> None:
     """The old shared path `$TMPDIR/farm-toolchain-cache/linker-sha256.json` is not used: a symlink planted
     there (pointing at a private file) is never written through."""
@@ -169,6 +175,7 @@ def test_linker_changed_in_place_with_timestamp_restored_is_hashed_again(tmp_pat
     assert second != first
 
 
+@pytest.mark.slow
 def test_disk_full_while_writing_is_one_clear_error(built: Path, tmp_path: Path) -> None:
     """ENOSPC while writing an object: one error naming the cause and the fix, the report still written,
     and the objects already on disk kept."""

@@ -13,7 +13,10 @@ import shutil
 import socket
 from pathlib import Path
 
+import pytest
 from conftest import REPO, built_copy, last_line, run_farm
+
+pytestmark = pytest.mark.slow
 
 PARTIAL = "--partial"
 TARGET_DIR = "rmsnorm/gfx942"

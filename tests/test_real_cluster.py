@@ -38,6 +38,8 @@ from test_cluster import (
     short_tmp,
 )
 
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+
 RAY = Path(sys.executable).with_name("ray")
 ROWS = 6  # the small rmsnorm table (conftest) for one target
 # The environment every Ray process of this module gets: loopback, no usage stats, no inherited auth.

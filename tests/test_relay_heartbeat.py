@@ -188,6 +188,8 @@ class _PrivateStandIn:
         return None
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 @pytest.mark.parametrize("ending", ["hung", "gone"])
 def test_rows_left_by_a_lost_daemon_go_to_a_private_cluster(short_dir: Path, tmp_path: Path, ending: str,
                                                             monkeypatch: pytest.MonkeyPatch,

@@ -64,6 +64,7 @@ def blob_path(src: Path, remote: Path, relpath: str) -> Path:
     return remote / "files" / "md5" / blob[:2] / blob[2:]
 
 
+@pytest.mark.slow
 def test_rows_come_back_from_the_remote_identical_and_none_compiles(published: Path, tmp_path: Path) -> None:
     project, remote = clone(published, tmp_path / "p")
     # With auto-start on (CI=false): a build that restores every row needs no compiler and starts none.
@@ -86,6 +87,7 @@ def test_rows_come_back_from_the_remote_identical_and_none_compiles(published: P
     assert "built 0, failed 0, up to date 6" in again.stderr
 
 
+@pytest.mark.slow
 def test_a_corrupted_blob_is_refused_and_its_row_compiles(published: Path, tmp_path: Path) -> None:
     remote = tmp_path / "remote"
     shutil.copytree(published / ".farm" / "dvc-remote", remote)
@@ -104,6 +106,7 @@ def test_a_corrupted_blob_is_refused_and_its_row_compiles(published: Path, tmp_p
     assert tree_bytes(project / "outputs") == tree_bytes(published / "outputs")
 
 
+@pytest.mark.slow
 def test_a_stale_cached_entry_compiles(published: Path, tmp_path: Path) -> None:
     project, remote = clone(published, tmp_path / "p")
     entry = json.loads((published / "outputs" / TARGET_DIR / "manifest.json").read_text())["objects"][0]
@@ -114,6 +117,7 @@ def test_a_stale_cached_entry_compiles(published: Path, tmp_path: Path) -> None:
     assert "compiled 1, restored 0, failed 0" in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_remote_that_holds_nothing_yet_compiles_every_row_with_one_line(published: Path, tmp_path: Path) -> None:
     """A fresh clone: outputs.dvc in git, its default remote an empty or absent directory. The build compiles
     and says why in one line (it once failed with DVC's traceback)."""
@@ -129,6 +133,7 @@ def test_a_remote_that_holds_nothing_yet_compiles_every_row_with_one_line(publis
         assert latest_report(project)["restored"] == 0
 
 
+@pytest.mark.slow
 def test_rows_the_published_tree_cannot_hold_compile_without_opening_dvc(published: Path, tmp_path: Path) -> None:
     """A width added since publishing: the first build lists the published directory through DVC and the
     farm remembers its file names per pointer (farm/restore/published.py); the next build of a new row does
@@ -171,6 +176,7 @@ def test_rows_the_published_tree_cannot_hold_compile_without_opening_dvc(publish
     assert tree_bytes(other / "outputs") == tree_bytes(published / "outputs")
 
 
+@pytest.mark.slow
 def test_restore_off_compiles(published: Path, tmp_path: Path) -> None:
     project, remote = clone(published, tmp_path / "p")
     proc = run_farm(project, "build", SEL, f"names=[{ONE}]", remote, "cache.restore=false")
@@ -181,6 +187,7 @@ def test_restore_off_compiles(published: Path, tmp_path: Path) -> None:
     assert bad.returncode == 2 and "cache.restore='maybe' is not true or false" in bad.stderr
 
 
+@pytest.mark.slow
 def test_audit_compiles_for_real(published: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     project, remote = clone(published, tmp_path / "p")
     run_farm(project, "build", SEL, remote, check=True)  # the audited tree: restored from the remote

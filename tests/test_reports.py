@@ -8,7 +8,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 from conftest import REPO, run_farm, small_copy
+
+pytestmark = pytest.mark.slow
 
 ROW = "rmsnorm_bf16_train_n2560"
 SEL = ("targets=[gfx942]", f"names=[{ROW}]")

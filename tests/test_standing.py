@@ -8,10 +8,13 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 from conftest import run_farm, small_copy
 from test_warm_default import up_and_made_stale
 
 from farm.execute.processes import verified
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 TARGET = "gfx942"
 

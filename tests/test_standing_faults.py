@@ -91,6 +91,8 @@ def cluster(project: Path) -> Iterator[dict]:
         procs.end_processes([state["daemon"], *state["processes"]])
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_stale_state_foreign_pid_is_never_signalled(tmp_path: Path) -> None:
     """Case 5: a state file whose pid is another process: `down` killed that process."""
     project = small_copy(tmp_path / "p")
@@ -130,6 +132,8 @@ def test_stale_state_foreign_pid_is_never_signalled(tmp_path: Path) -> None:
         foreign.wait()
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_dead_cluster_falls_back_to_a_private_one_without_hanging(project: Path, tmp_path: Path) -> None:
     """Case 5: builds hung for minutes on a cluster whose Ray was gone while its state said it was up."""
     from farm.plan.digest import generator_digest
@@ -169,6 +173,8 @@ def _zygote_homes(state: dict) -> list[Path]:
     return homes
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_lost_linker_shim_in_the_standing_cluster_is_recreated(project: Path, cluster: dict, tmp_path: Path) -> None:
     """Case 8: a temp cleaner deleting the warm server's `ld.lld` shim failed every build until down/up.
     Also case 14: the cluster's Ray and zygote homes live in the per-user private temp directory."""
@@ -205,6 +211,8 @@ def _objects(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in (out / "rmsnorm" / TARGET).glob("*.hsaco")}
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_two_relayed_builds_at_once_share_the_daemon(project: Path, cluster: dict, tmp_path: Path) -> None:
     """Two builds at once, each relaying its rows through the daemon's socket to its one compiler: both
     finish, neither waits for the other's output tree, and their objects are the same bytes."""
@@ -218,6 +226,8 @@ def test_two_relayed_builds_at_once_share_the_daemon(project: Path, cluster: dic
     assert len(first) == 6 and first == second
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_a_daemon_that_stopped_answering_leaves_the_build_to_join_ray(project: Path, cluster: dict,
                                                                       tmp_path: Path) -> None:
     """A daemon stopped by SIGSTOP accepts no build: the build gives up on its socket within seconds and
@@ -234,6 +244,8 @@ def test_a_daemon_that_stopped_answering_leaves_the_build_to_join_ray(project: P
     assert "joins its Ray cluster directly" in build.stderr and "built 1, failed 0" in build.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_sigkilled_daemon_leaves_no_ray_behind(project: Path, cluster: dict) -> None:
     """Case 14: after the daemon's SIGKILL its Ray agents lingered for minutes, one listening on loopback.
     The next farm command ends every process the daemon recorded (verified one by one)."""
@@ -246,6 +258,8 @@ def test_sigkilled_daemon_leaves_no_ray_behind(project: Path, cluster: dict) -> 
     assert _all_gone(ray_procs) == []
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_down_ends_the_daemon_group_and_its_ray_when_sigterm_fails(project: Path, cluster: dict) -> None:
     """Case 5: `down`'s SIGKILL fallback killed the daemon alone and left its Ray tree orphaned. The daemon is
     stopped (SIGSTOP; `down` lets it run again to act on SIGTERM) and given no time to stop by itself."""
@@ -278,6 +292,8 @@ def test_num_cpus_is_validated_before_ray_starts(project: Path) -> None:
     assert local.num_cpus({"num_cpus": "3"}) == 3 and local.num_cpus({}) is None
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_private_cluster_keeps_ray_in_a_private_temp_dir_and_records_its_processes() -> None:
     """Case 14: Ray's session directories were under /tmp/ray, world-writable without the sticky bit."""
     import ray
@@ -352,6 +368,8 @@ class _Flaky:
         return CompileResult(key=request.key, ok=True, worker=f"pid {os.getpid()}", finished_unix=time.time())
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_a_dead_actor_s_row_is_retried_on_another_and_the_actor_replaced(tmp_path: Path) -> None:
     """Rows go to actors through Ray's ActorPool; a row whose actor dies goes to another actor, up to
     executor.max_retries times, then fails as "Ray task failed"; each dead actor is replaced."""
@@ -390,6 +408,8 @@ def test_a_dead_actor_s_row_is_retried_on_another_and_the_actor_replaced(tmp_pat
     assert deaths >= 2 and len(started) == 2 + deaths
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_rows_go_in_parcels_and_a_lost_parcel_s_rows_go_again_alone_uncharged(tmp_path: Path) -> None:
     """While many rows wait, a call carries several (up to MAX_PARCEL), and the last ones go one to a call.
     A parcel lost with its actor charges none of its rows a try: each goes again alone, so with no retries

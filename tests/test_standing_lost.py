@@ -30,6 +30,8 @@ from farm.execute import processes as procs
 from farm.execute import standing
 from farm.execute.settings import HEARTBEAT_ENV
 
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+
 TARGET = "gfx942"
 SELECT = ("ops=[rmsnorm]", f"targets=[{TARGET}]", "dtypes=[bf16]")  # 22 rows
 ONE_ROW = (*SELECT, "names=[rmsnorm_bf16_infer_generic]")

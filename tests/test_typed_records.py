@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from conftest import built_copy, run_farm
 
 from farm.contract import REPORT_FIELDS
@@ -21,6 +22,7 @@ def _manifest(project: Path) -> Path:
     return project / "outputs" / "rmsnorm" / "gfx942" / "manifest.json"
 
 
+@pytest.mark.slow
 def test_written_manifest_and_report_have_exactly_the_typed_fields(built: Path) -> None:
     data = json.loads(_manifest(built).read_text())
     assert set(data) == set(manifest.Manifest.__annotations__)
@@ -56,6 +58,7 @@ def test_source_md_of_an_entry_with_malformed_inputs_lists_the_others() -> None:
         assert f"- `kernels_src/fam/a.py` {'1' * 64}" in text and "fam/b.py" not in text
 
 
+@pytest.mark.slow
 def test_entry_with_malformed_inputs_is_named_by_check_and_rebuilt_by_build(built: Path, tmp_path: Path) -> None:
     project = built_copy(built, tmp_path / "p")
     path = _manifest(project)

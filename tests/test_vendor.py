@@ -336,6 +336,7 @@ TINY_RMSNORM = """groups:
 """
 
 
+@pytest.mark.slow
 def test_vendored_source_is_digested_and_named_in_output_source_md(tmp_path: Path) -> None:
     """A kernel imports a vendored module: the compile records it, an edit to it rebuilds the row,
     and the output directory's SOURCE.md names the upstream and commit (one row, one target)."""

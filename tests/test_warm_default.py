@@ -21,6 +21,8 @@ from conftest import built_copy, run_farm, small_copy, stop_cluster
 from farm.execute import standing_files
 from farm.execute.processes import Identity, identities, verified
 
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+
 TARGET = "gfx942"
 WARM = {"CI": "false"}  # auto-start on (conftest turns it off for every other test)
 STARTED = "started a standing cluster"

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import last_line, run_farm, shrink_op
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture()
 def project(built: Path, tmp_path: Path) -> Path:
