@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, copy_project, run_farm, small_copy
+from conftest import REPO, copy_project, last_line, run_farm, small_copy
 
 from farm.core.errors import FarmError
 from farm.table import config as config_mod
@@ -200,7 +200,13 @@ def test_non_positive_compile_timeout_is_refused(small_project: Path, value: str
 
 
 def test_positive_compile_timeout_is_accepted(small_project: Path) -> None:
-    assert run_farm(small_project, "plan", "compile_timeout_s=1.5").returncode == 0
+    """A positive timeout, a fraction of a second too, is taken as given (neither refused nor rounded) and the
+    command goes on as without it."""
+    plain = run_farm(small_project, "plan")
+    proc = run_farm(small_project, "plan", "compile_timeout_s=1.5")
+    assert (proc.returncode, proc.stderr, proc.stdout) == (0, "", plain.stdout)
+    assert last_line(proc.stdout).startswith("rows=30 ")
+    assert config_mod.load(small_project, ["compile_timeout_s=1.5"]).compile_timeout_s == 1.5
 
 
 @pytest.mark.parametrize("value", ["-5", "-1", "0", "1.5", "true"])
@@ -242,9 +248,19 @@ def test_executor_and_audit_values_are_validated(small_project: Path, override: 
 
 
 def test_valid_values_are_still_accepted(small_project: Path) -> None:
-    proc = run_farm(small_project, "plan", "executor.num_cpus=1", "executor.max_retries=0", "audit.sample=null",
-                    "executor.standing_idle_minutes=0.5", "audit.vary.umask=false", "row_order=reversed")
-    assert proc.returncode == 0, proc.stderr
+    """Valid values of the keys refused above are taken as given, and the command goes on as without them."""
+    valid = ["executor.num_cpus=1", "executor.max_retries=0", "audit.sample=null",
+             "executor.standing_idle_minutes=0.5", "audit.vary.umask=false", "row_order=reversed"]
+    plain = run_farm(small_project, "plan")
+    proc = run_farm(small_project, "plan", *valid)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (0, "", plain.stdout)
+    cfg = config_mod.load(small_project, valid)
+    executor = cfg.executor
+    assert (executor["num_cpus"], executor["max_retries"], executor["standing_idle_minutes"]) == (1, 0, 0.5)
+    audit = cfg.extra["audit"]
+    assert audit["sample"] is None and audit["vary"]["umask"] is False
+    assert sum(audit["vary"].values()) == len(audit["vary"]) - 1  # only umask turned off
+    assert cfg.extra["row_order"] == "reversed"
 
 
 def test_unknown_key_in_an_op_group_is_refused(tmp_path: Path) -> None:
