@@ -27,8 +27,14 @@ def audit_report(project: Path) -> dict:
 
 
 def test_audit_of_a_fresh_build_is_identical_under_every_variation(project: Path) -> None:
+    """Also the guard that a rebuild elsewhere is byte-identical (it replaced test_build's own rebuild): the
+    audit's `farm build` runs from another working directory (FARM_PROJECT), into an empty outputs_dir, with
+    another HOME, TMPDIR, locale, time zone, hash seed, umask, worker count and row order, and stray variables
+    (FLYDSL_DEBUG_ENABLE_DEBUG_INFO=1 among them); every object, manifest.json and SOURCE.md must be the same."""
     outputs_before = {p: p.read_bytes() for p in (project / "outputs").rglob("*") if p.is_file()}
-    proc = run_farm(project, "audit", env={"TZ": "UTC", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"})
+    # The caller's own stray variables reach the rebuild too (the audit adds its variations on top).
+    proc = run_farm(project, "audit", env={"TZ": "UTC", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
+                                           "FLYDSL_DEBUG_ENABLE_DEBUG_INFO": "1", "UNRELATED_VARIABLE": "x"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "audit: 30 identical, 0 differ; manifests: 10 identical, 0 differ" in proc.stdout
     report = audit_report(project)

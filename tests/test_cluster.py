@@ -1,6 +1,7 @@
 """A real multi-node Ray cluster on loopback (`ray.cluster_utils.Cluster`: a 0-CPU head and 1-CPU
 worker nodes, all on 127.0.0.1), real compiles of a small rmsnorm table for one target, and faults:
-a worker node killed mid-build, the driver killed mid-build, a node whose toolchain differs.
+the driver killed mid-build, a node whose toolchain differs (a worker node killed mid-build is in
+tests/test_real_cluster.py, on nodes started with `ray start`).
 
 What "the worker nodes share no disk with the driver" means here, and what is proven: the nodes are
 processes on this machine, so they *could* read the driver's files. Every Python process of a worker
@@ -27,9 +28,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import psutil
 import pytest
@@ -44,7 +45,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 
-T = TypeVar("T")
 TARGET = "gfx942"
 ROWS = 6  # the small rmsnorm table (conftest) for one target
 FARM_PACKAGE = Path(farm.__file__).resolve().parent  # the driver's farm code
@@ -433,94 +433,6 @@ def test_rows_spread_across_four_worker_nodes(cluster: Any, project: Path, guard
         assert hashlib.sha256(path.read_bytes()).hexdigest() == golden[name], f"{name} differs from its golden digest"
     assert not [line for line in guard_log(guard)[seen:] if line.startswith("DENIED")]
     set_worker_nodes(cluster, guard, 2)  # what the next test expects
-
-
-def in_flight(node: Any) -> set[str]:
-    """Keys of rows an actor on `node` is working on now: a compile's private work dir (in the node's own
-    temp dir) holds its job (the request) from before the warm-up until its result is ready, then goes."""
-    keys = set()
-    for job in NODE_TMP[node.node_id].glob("farm-compile-*/job.json"):
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            keys.add(json.loads(job.read_text())["request"]["key"])
-    return keys
-
-
-def kill_now(procs: list[psutil.Process]) -> None:
-    """SIGKILL each at once, in order (a node's raylet first, so that it restarts nothing)."""
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-
-
-def node_with_a_row_in_flight(build: subprocess.Popen, out: Path, log: Path, nodes: Iterable[T],
-                              busy: Callable[[T], bool], timeout_s: float = 300) -> T:
-    """The first of `nodes` with a row in flight (`busy`: its compile has started, so its node is warm). Not
-    gated on objects written: manifests are flushed at most every 5 s, so a small build may finish before
-    any object is recorded."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        assert build.poll() is None, log.read_text()
-        assert time.monotonic() < deadline, "no row was in flight on a worker node after the first objects"
-        found = next((node for node in nodes if busy(node)), None)
-        if found is not None:
-            return found
-        time.sleep(0.02)
-
-
-def test_worker_node_killed_mid_build(cluster: Any, project: Path, guard: dict[str, Any],
-                                      reference: dict[str, bytes], tmp_path: Path) -> None:
-    workers = set_worker_nodes(cluster, guard, 2)
-    out, reports = tmp_path / "outputs", tmp_path / "reports"
-    cmd = [sys.executable, "-m", "farm.cli", "build", "executor=cluster", f"executor.address={cluster.address}",
-           f"outputs_dir={out}", f"report_dir={reports}"]
-    env = dict(os.environ)
-    env.pop("FARM_PROJECT", None)
-    with open(tmp_path / "build.log", "wb") as log:
-        build = subprocess.Popen(cmd, cwd=project, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        # Once objects are being written, wait for a row in flight on a worker node; that node dies, as
-        # a machine would: its Ray workers, warm servers and compiles first (no result can leave it),
-        # then the node itself.
-        victim = node_with_a_row_in_flight(build, out, tmp_path / "build.log", workers, in_flight)
-        # Mid-build, the driver (a Ray client of the cluster) talks to it over loopback only.
-        assert assert_sockets_on_loopback([psutil.Process(build.pid)]) > 0
-        # The raylet first, so that it cannot restart what dies under it.
-        doomed = [psutil.Process(raylet_pid(victim)), *_descendants(raylet_pid(victim))]
-        kill_now(doomed)  # reaped below
-        killed_at = time.time()
-        written_at_kill = len(recorded(out))
-        _remember(doomed)
-        _kill(doomed)
-        # The rows whose work the kill cut off: their work dirs were never cleaned up.
-        interrupted = in_flight(victim)
-        cluster.remove_node(victim, allow_graceful=False)
-        survivor = next(n for n in workers if n is not victim)
-        code = build.wait(timeout=600)
-    finally:
-        if build.poll() is None:
-            build.kill()
-            build.wait()
-    text = (tmp_path / "build.log").read_text()
-    assert code == 0, text
-    assert written_at_kill < ROWS, "the node died after the build had everything"
-
-    report = json.loads((reports / "latest-build.json").read_text())
-    rows = {r["key"]: r for r in report["rows"]}
-    assert len(rows) == ROWS and all(r["written"] for r in rows.values())
-    # The rows in flight on the dead node were retried on the other one.
-    assert interrupted, "the kill cut off no row"
-    for key in interrupted:
-        assert node_id_of(rows[key]) == survivor.node_id[:8], rows[key]
-    for r in rows.values():
-        assert node_id_of(r) in {victim.node_id[:8], survivor.node_id[:8]}
-        if node_id_of(r) == victim.node_id[:8]:
-            assert r["finished_unix"] <= killed_at, f"{r['key']} came back from a dead node"
-
-    assert not temporaries(out), temporaries(out)
-    assert tree_bytes(out) == reference
-    check = run_farm(project, "check", f"outputs_dir={out}")
-    assert check.returncode == 0, check.stdout
-    set_worker_nodes(cluster, guard, 2)  # a fresh node for whatever runs next
 
 
 def test_worker_with_another_toolchain_fails_its_rows(cluster: Any, project: Path, guard: dict[str, Any],
