@@ -49,7 +49,7 @@ def copy_project(dest: Path) -> Path:
 
 def burn_cpu(cpu_s: float = 0.03) -> None:
     """Spend `cpu_s` of this thread's CPU: a fixed amount of work took 9 ms on a fast machine, under what the
-    driver-cost checks need, and ~40 ms on a slow one."""
+    verify-thread checks need, and ~40 ms on a slow one."""
     end = time.thread_time() + cpu_s
     while time.thread_time() < end:
         hashlib.sha256(b"burn").hexdigest()

@@ -12,7 +12,6 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import burn_cpu
 
 from farm import acceptance, build
 from farm.accept import elffast, elfinfo
@@ -20,8 +19,8 @@ from farm.contract import CompileResult, PhaseJson
 from farm.plan.code_closure import boundary_file, files_of, import_closure
 from farm.plan.digest import CodeRecorder, CompileRecord, farm_hashes
 from farm.plan.sources import Tree, collect
-from farm.store import manifest
-from farm.store.driver_cost import DriverCost
+from farm.store import driver_cost, manifest
+from farm.store.driver_cost import DriverBreakdown, DriverCost, DriverReport
 from farm.store.outtree import OutputDir
 from farm.store.trace import chrome_trace
 from farm.table.config import FarmConfig, load
@@ -31,46 +30,113 @@ from farm.toolchain.installed import compile_part
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_driver_cost_report_is_consistent() -> None:
+class FakeCpu:
+    """The clocks farm/store/driver_cost.py reads, advanced by hand: each thread's CPU, the process's (the sum of
+    its threads'), the children's and the wall clock. The accounting is then checked to the microsecond, with
+    no dependence on how fast the machine is."""
+
+    def __init__(self) -> None:
+        self.threads: dict[int, float] = {}
+        self.process = self.children = 0.0
+        self.wall = 1000.0
+
+    def burn(self, seconds: float) -> None:
+        """The calling thread spends `seconds` of CPU (and as much wall-clock time)."""
+        me = threading.get_ident()
+        self.threads[me] = self.threads.get(me, 0.0) + seconds
+        self.process += seconds
+        self.wall += seconds
+
+    # time's functions, as driver_cost calls them
+    def thread_time(self) -> float:
+        return self.threads.get(threading.get_ident(), 0.0)
+
+    def process_time(self) -> float:
+        return self.process
+
+    def time(self) -> float:
+        return self.wall
+
+
+@pytest.fixture()
+def cpu(monkeypatch: pytest.MonkeyPatch) -> FakeCpu:
+    fake = FakeCpu()
+    monkeypatch.setattr(driver_cost, "time", fake)
+    monkeypatch.setattr(driver_cost, "_children_cpu", lambda: fake.children)
+    return fake
+
+
+def test_driver_cost_report_is_consistent(cpu: FakeCpu) -> None:
     cost = DriverCost()
     with cost.window():
         with cost.section("verify", "disassemble"):
-            burn_cpu()
+            cpu.burn(0.010)
         with cost.section("write", "flush"):
-            burn_cpu()
-        burn_cpu()  # other
+            cpu.burn(0.020)
+        cpu.burn(0.005)  # other
+        cpu.children += 0.004  # a disassembler process
     cost.rows = 4
     found = cost.report()
+    assert set(found) == set(DriverReport.__annotations__)
+    assert set(found["breakdown"]) == set(DriverBreakdown.__annotations__)
     assert found["rows"] == 4
-    assert all(isinstance(v, float) for v in found["breakdown"].values())
-    assert found["cpu_seconds"] > 0 and found["breakdown"]["verify"] > 0 and found["breakdown"]["write"] > 0
-    assert abs(found["ms_per_row"] - found["cpu_seconds"] * 1000 / 4) < 1e-2
-    assert abs(sum(found["breakdown"].values()) - found["cpu_seconds"]) < 1e-4
-    assert found["disassembler_cpu_seconds"] >= 0 and isinstance(found["disassembler_ms_per_row"], float)
+    assert found["cpu_seconds"] == pytest.approx(0.035)
+    assert found["breakdown"] == pytest.approx({"verify": 0.010, "write": 0.020, "ray": 0.0, "threads": 0.0,
+                                                "other": 0.005})
+    assert sum(found["breakdown"].values()) == pytest.approx(found["cpu_seconds"])
+    assert found["ms_per_row"] == pytest.approx(8.75)
+    assert (found["disassembler_cpu_seconds"], found["disassembler_ms_per_row"]) == pytest.approx((0.004, 1.0))
+    assert found["daemon_cpu_seconds"] is None and found["daemon_ms_per_row"] is None
+    # Each section is a span of the main thread's lane, where and as long as it ran.
     assert [s["name"] for s in cost.spans] == ["disassemble", "flush"]
-    assert "ms CPU per row over 4 rows" in cost.line()
+    assert [s["start_unix"] for s in cost.spans] == pytest.approx([1000.0, 1000.010], abs=1e-9)
+    assert [s["seconds"] for s in cost.spans] == pytest.approx([0.010, 0.020])
+    assert cost.verify_spans == []
+    assert cost.line() == ("driver: 8.75 ms CPU per row over 4 rows (verify 2.50, write 5.00, ray 0.00, "
+                           "Ray's threads 0.00); disassembler processes 1.00 ms per row")
 
 
-def test_other_threads_cpu_is_counted_apart_from_the_main_threads_ray_work() -> None:
+def test_other_threads_cpu_is_counted_apart_from_the_main_threads_ray_work(cpu: FakeCpu) -> None:
+    """Ray's threads (any thread the build did not start) are `threads`; the build's own helper threads report
+    their CPU (add_helper, count) and stay out of it, less the one-time work they were told to exclude."""
     cost = DriverCost()
     with cost.window():
-        worker = threading.Thread(target=burn_cpu)  # as Ray's core-worker threads run beside the build loop
-        worker.start()
-        worker.join()
+        ray_thread = threading.Thread(target=cpu.burn, args=(0.020,))  # as Ray's core-worker threads run
+        ray_thread.start()
+        ray_thread.join()
+
+        def helper() -> None:  # as the build's verify thread: 0.003 s, of which 0.001 s one-time preparation
+            cpu.burn(0.003)
+            cost.add_helper(0.003)
+            cost.exclude(0.001)
+            cost.count("verify", 0.002)
+
+        helper_thread = threading.Thread(target=helper)
+        helper_thread.start()
+        helper_thread.join()
         with cost.section("ray", "ray results"):
-            pass
+            cpu.burn(0.001)
     cost.rows = 1
-    found = cost.report()["breakdown"]
-    assert found["threads"] > 0.01 and found["ray"] < found["threads"] / 10
-    assert "Ray's threads" in cost.line()
+    found = cost.report()
+    assert found["cpu_seconds"] == pytest.approx(0.023)  # 0.024 spent, 0.001 of it excluded
+    assert found["breakdown"] == pytest.approx({"verify": 0.002, "write": 0.0, "ray": 0.001, "threads": 0.020,
+                                                "other": 0.0})
+    assert sum(found["breakdown"].values()) == pytest.approx(found["cpu_seconds"])
+    assert "Ray's threads 20.00" in cost.line() and "ray 1.00" in cost.line()
 
 
-def test_cpu_outside_a_window_is_not_counted() -> None:
+def test_cpu_outside_a_window_is_not_counted(cpu: FakeCpu) -> None:
     cost = DriverCost()
-    burn_cpu()
+    cpu.burn(0.050)
+    cpu.children += 0.050
     with cost.window():
         pass
-    assert cost.report()["cpu_seconds"] < 0.005
+    with cost.section("verify"):  # a section outside every window: its thread's CPU only, not the process's
+        cpu.burn(0.010)
+    cpu.burn(0.050)
+    found = cost.report()
+    assert (found["cpu_seconds"], found["disassembler_cpu_seconds"]) == (0.0, 0.0)
+    assert found["breakdown"]["threads"] == 0.0
 
 
 def _phase(name: str, start: float, seconds: float) -> PhaseJson:
