@@ -62,6 +62,17 @@ def built_copy(built: Path, dest: Path) -> Path:
     return dest
 
 
+def built_one_target_copy(built: Path, dest: Path, target: str) -> Path:
+    """`built_copy` whose outputs/ holds only `target`'s directories: byte for byte what `farm build
+    targets=[target]` writes in a fresh copy of the small project (a rebuild anywhere is identical:
+    tests/test_audit.py), without building again."""
+    project = built_copy(built, dest)
+    for directory in (project / "outputs").glob("*/*"):
+        if directory.name != target:
+            shutil.rmtree(directory)
+    return project
+
+
 def shrink_op(project: Path, op: str, groups_yaml: str) -> None:
     """Replace an op's groups with a small table (then `farm expand` must run)."""
     path = project / "conf" / "op" / f"{op}.yaml"

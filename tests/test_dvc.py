@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SMALL_ROWS_PER_TARGET, last_line, run_farm, small_copy
+from conftest import REPO, SMALL_ROWS_PER_TARGET, built_one_target_copy, last_line, run_farm
 
 SEL = "targets=[gfx942]"
 TARGET_DIR = "rmsnorm/gfx942"
@@ -89,12 +89,9 @@ def blob_of(project: Path, relpath: str) -> str:
 # ------------------------------------------------------------------------------------------- fixtures
 
 @pytest.fixture(scope="module")
-def src(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The small table expanded and built for gfx942 only (6 real objects, about 15 s)."""
-    project = small_copy(tmp_path_factory.mktemp("dvc-src"))
-    run_farm(project, "expand", check=True)
-    run_farm(project, "build", SEL, check=True)
-    return project
+def src(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small table built for gfx942 only (6 real objects): the session's build, cut down to that target."""
+    return built_one_target_copy(built, tmp_path_factory.mktemp("dvc-src"), "gfx942")
 
 
 @pytest.fixture(scope="module")

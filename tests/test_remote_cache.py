@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import run_farm, small_copy, stop_cluster
+from conftest import built_one_target_copy, run_farm, stop_cluster
 
 from farm.assure import audit as audit_mod
 from farm.cli.selection import load, selected_rows
@@ -35,11 +35,10 @@ def latest_report(project: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The small table built for gfx942 and pushed to the default local remote (.farm/dvc-remote)."""
-    project = small_copy(tmp_path_factory.mktemp("cache-src"))
-    run_farm(project, "expand", check=True)
-    run_farm(project, "build", SEL, check=True)
+def published(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small table built for gfx942 (the session's build, cut down to that target) and pushed to the
+    default local remote (.farm/dvc-remote)."""
+    project = built_one_target_copy(built, tmp_path_factory.mktemp("cache-src"), "gfx942")
     run_farm(project, "push", "--partial", SEL, check=True)  # one directory of a table of many
     return project
 
