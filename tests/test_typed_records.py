@@ -28,7 +28,8 @@ def test_written_manifest_and_report_have_exactly_the_typed_fields(built: Path) 
     assert set(data) == set(manifest.Manifest.__annotations__)
     for entry in data["objects"]:
         assert set(entry) == manifest.Entry.__required_keys__, entry["file"]
-        assert set(entry["inputs"]) == manifest.Inputs.__required_keys__, entry["file"]
+        assert set(entry["inputs"]) == manifest.Inputs.__required_keys__, entry["file"]  # no row here sets options
+    assert manifest.Inputs.__optional_keys__ == {"llvm_options"}
     report = json.loads((built / ".farm" / "reports" / "latest-build.json").read_text())
     assert BuildReport.__required_keys__ <= set(report) <= BuildReport.__required_keys__ | BuildReport.__optional_keys__
     for row in report["rows"]:

@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import Any, TypedDict
 
 from farm.core.canonical import canonical_json, digest_of
 from farm.core.errors import FarmError
@@ -26,7 +26,7 @@ SCHEMA = 2  # 2: instruction classes per object and per kernel
 Hashes = dict[str, str | None]
 
 
-class Inputs(TypedDict):
+class RequiredInputs(TypedDict):
     """A row's inputs as the farm records them (entry `inputs`, digested into `input_digest`); computed by
     farm/plan/digest.py `inputs_of`, defined here with the rest of the manifest's format (store sits below plan).
     The JSON keys are these names; canonical JSON sorts them, so this order is not the file's order."""
@@ -40,7 +40,13 @@ class Inputs(TypedDict):
     sources: Hashes  # kernels_src/ files the compile read
     lookups: dict[str, list[str]]  # lookup -> what it found
     toolchain: str  # digest of the toolchain pin
-    llvm_options: NotRequired[dict[str, Any]]  # the kernel's per-compile LLVM options, when it sets any
+
+
+class Inputs(RequiredInputs, total=False):
+    """The inputs, with those only some rows record (a separate class: `NotRequired` is not seen by TypedDict
+    under postponed annotations)."""
+
+    llvm_options: dict[str, Any]  # the kernel's per-compile LLVM options, when it sets any
 
 
 # Inputs as read back from a manifest on disk: data, so every field is checked where it is used.
