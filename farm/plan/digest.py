@@ -303,11 +303,6 @@ def input_changes(recorded: RecordedInputs, current: Inputs | RecordedInputs) ->
     return changes
 
 
-def changed_inputs(recorded: RecordedInputs, current: Inputs | RecordedInputs) -> list[str]:
-    """Name what differs between two input records, most specific first."""
-    return [c.reason for c in input_changes(recorded, current)]
-
-
 def _file_changes(recorded: RecordedInputs, current: Inputs | RecordedInputs, key: str,
                   label: str) -> list[InputChange]:
     was, now = recorded.get(key), current.get(key)
