@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from farm.acceptance import accept, disassemble, elf_of, verifier_files
 from farm.contract import CompileRequest, CompileResult, PhaseJson, TargetFacts
 from farm.core.canonical import sha256_bytes
 from farm.core.errors import FarmError
@@ -37,6 +36,7 @@ from farm.table.rows import Row
 from farm.toolchain.beside import PinCheck
 from farm.toolchain.compare import require_pin
 from farm.toolchain.installed import compile_part, installed
+from farm.verify.accept import accept, disassemble, elf_of, verifier_files
 
 STDERR_TAIL_LINES = 40
 # How often, at most, a build writes its manifests while results arrive (and once more at its end). Each
@@ -270,7 +270,7 @@ def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], tree: Tree, write
 # How many disassembler processes the driver runs at once (one per target of a batch, batches side by side).
 DISASSEMBLY_THREADS = max(2, min(8, os.cpu_count() or 2))
 
-Counts = dict[str, dict | str]  # per row key, its disassembly counts or why it has none (farm.acceptance)
+Counts = dict[str, dict | str]  # per row key, its disassembly counts or why it has none (farm.verify.accept)
 
 
 class EarlyDisassembly:

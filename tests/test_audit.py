@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import last_line, run_farm, write_lld19_toolchain
 
-from farm.accept.elfinfo import read_code_object
+from farm.elf.code_object import read_code_object
 
 pytestmark = pytest.mark.slow
 

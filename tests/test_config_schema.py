@@ -12,11 +12,11 @@ from types import SimpleNamespace
 import pytest
 from conftest import REPO, edit, run_farm, small_copy
 
-from farm.accept.verify import Rules, problems
-from farm.acceptance import rules_of
 from farm.core.errors import FarmError
 from farm.table import config as config_mod
 from farm.table.rows import Row
+from farm.verify.accept import rules_of
+from farm.verify.rules import Rules, problems
 
 
 @pytest.fixture()

@@ -21,7 +21,6 @@ import yaml
 from conftest import REPO, built_copy
 from elftools.elf.elffile import ELFFile
 
-from farm import acceptance
 from farm.contract import CompileResult
 from farm.plan.digest import CompileRecord, farm_hashes
 from farm.plan.sources import Tree, collect
@@ -31,6 +30,7 @@ from farm.table.config import load
 from farm.table.rows import Row
 from farm.toolchain import disasm
 from farm.toolchain.installed import compile_part
+from farm.verify import accept as acceptance
 
 pytestmark = pytest.mark.slow
 

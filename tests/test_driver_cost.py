@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from farm import acceptance, build
-from farm.accept import elffast, elfinfo
+from farm import build
 from farm.contract import CompileResult, PhaseJson
+from farm.elf import code_object as elfinfo
+from farm.elf import fast as elffast
 from farm.plan.code_closure import boundary_file, files_of, import_closure
 from farm.plan.digest import CodeRecorder, CompileRecord, farm_hashes
 from farm.plan.sources import Tree, collect
@@ -26,6 +27,7 @@ from farm.store.trace import chrome_trace
 from farm.table.config import FarmConfig, load
 from farm.table.rows import Row
 from farm.toolchain.installed import compile_part
+from farm.verify import accept as acceptance
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -191,7 +193,7 @@ def test_verifier_record_holds_every_file_an_acceptance_ran(built: Path, op: str
         entry, refused = acceptance.accept(cfg, row, result, compiled, counts[row.key])
     assert refused is None and entry is not None
     ran = code.farm_files()
-    assert {"acceptance.py", "accept/verify.py", "accept/elfinfo.py", "toolchain/disasm.py"} <= ran
+    assert {"verify/accept.py", "verify/rules.py", "elf/code_object.py", "toolchain/disasm.py"} <= ran
     recorded = set(entry["inputs"]["verifier"])
     # Code of the boundary packages ran too (the config's values, the input digests, the entry's shape): what
     # it decides is recorded as values (farm/plan/code_closure.py). Every other file that ran is recorded.
@@ -202,7 +204,7 @@ def test_verifier_record_holds_every_file_an_acceptance_ran(built: Path, op: str
 
 
 def test_verifier_record_does_not_depend_on_what_the_process_loaded() -> None:
-    show = "import json, farm.acceptance; print(json.dumps(sorted(farm.acceptance.verifier_files())))"
+    show = "import json, farm.verify.accept; print(json.dumps(sorted(farm.verify.accept.verifier_files())))"
     alone = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True, check=True, cwd=REPO)
     others = "import farm.cli, farm.build, farm.execute.executor, farm.restore.stage; "
     loaded = subprocess.run([sys.executable, "-c", others + show], capture_output=True, text=True, check=True, cwd=REPO)
@@ -223,16 +225,16 @@ def test_the_closure_follows_imports_inside_functions() -> None:
 
 def test_the_verifier_record_stops_at_the_boundary_packages() -> None:
     """What derives an object's recorded facts is recorded; the config, its cache, the plan, the manifest
-    store and measurement are not (their outputs are recorded as values), though acceptance.py imports some."""
+    store and measurement are not (their outputs are recorded as values), though verify/accept.py imports some."""
     recorded = acceptance.verifier_files()
-    assert {"acceptance.py", "accept/verify.py", "accept/elfinfo.py", "accept/elffast.py", "toolchain/disasm.py",
+    assert {"verify/accept.py", "verify/rules.py", "elf/code_object.py", "elf/fast.py", "toolchain/disasm.py",
             "toolchain/listing.py", "toolchain/elfcheck.py"} <= recorded
     assert not any(boundary_file(rel) for rel in recorded), sorted(rel for rel in recorded if boundary_file(rel))
     for rel in ("table/config.py", "table/config_cache.py", "table/rows.py", "plan/digest.py",
                 "plan/code_closure.py", "store/manifest.py"):
         assert (REPO / "farm" / rel).is_file() and rel not in recorded, rel
     assert boundary_file("table/__init__.py") and boundary_file("store/driver_cost.py")
-    assert not boundary_file("accept/verify.py") and not boundary_file("tablet.py")
+    assert not boundary_file("verify/rules.py") and not boundary_file("tablet.py")
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from farm.accept.elfinfo import read_code_object
+from farm.elf.code_object import read_code_object
 from farm.emulate.launch import Descriptor, NotLaunchable, load
 from farm.table.config import load as load_config
 from farm.toolchain.disasm import binary

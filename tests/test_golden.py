@@ -32,7 +32,7 @@ def test_golden_digests_are_recorded_and_verified_by_sha256sum(built: Path, tmp_
     assert run_farm(project, "check").returncode == 0
     # With it, the farm code its manifests record: each file's hash, as this checkout has it.
     code = project / "outputs.code.sha256"
-    assert "farm/worker/zygote.py" in code.read_text() and "farm/acceptance.py" in code.read_text()
+    assert "farm/worker/zygote.py" in code.read_text() and "farm/verify/accept.py" in code.read_text()
     assert stale(code, Path(farm.__file__).resolve().parents[1]) == []
     # The DVC pointer describes the whole outputs/: the small project's tree is one op of a table of many, so
     # the pointer is left (there was none), and one line says why and what to run.

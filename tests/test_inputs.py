@@ -121,7 +121,7 @@ def test_only_code_on_the_compile_path_is_recorded(project: Path) -> None:
     as values, so an edit to any of it leaves the row up to date."""
     inputs = entry(project)["inputs"]
     recorded = set(inputs["generator"]) | set(inputs["verifier"])
-    assert "worker/binary_step.py" in inputs["generator"] and "accept/verify.py" in inputs["verifier"]
+    assert "worker/binary_step.py" in inputs["generator"] and "verify/rules.py" in inputs["verifier"]
     # The compile process loads none of the boundary packages, and the verifier's closure stops at them.
     assert not [rel for rel in recorded if boundary_file(rel)]
     farm_dir = project / "farm"
@@ -137,10 +137,10 @@ def test_only_code_on_the_compile_path_is_recorded(project: Path) -> None:
         line = plan_line(project)
         assert line.split()[0] == "inputs-changed"
         assert "farm generator code farm/worker/binary_step.py changed" in line
-    with commented([farm_dir / "accept" / "verify.py"]):  # the checks: the object must be verified again
+    with commented([farm_dir / "verify" / "rules.py"]):  # the checks: the object must be verified again
         line = plan_line(project)
         assert line.split()[0] == "reverify"
-        assert "farm verification code farm/accept/verify.py changed" in line
+        assert "farm verification code farm/verify/rules.py changed" in line
     assert last_line(farm(project, "plan").stdout) == "rows=1 up_to_date=1 to_build=0"
 
 
@@ -165,18 +165,18 @@ def test_new_farm_worker_module_is_an_input(tmp_path: Path) -> None:
 def test_verifier_change_reverifies_without_recompiling(tmp_path: Path) -> None:
     project = built_copy(tmp_path)
     old = entry(project)
-    verifier = {"accept/verify.py", "accept/elfinfo.py", "toolchain/disasm.py", "acceptance.py"}
+    verifier = {"verify/rules.py", "elf/code_object.py", "toolchain/disasm.py", "verify/accept.py"}
     assert verifier <= set(old["inputs"]["verifier"])
-    assert "accept/verify.py" not in old["inputs"]["generator"]
+    assert "verify/rules.py" not in old["inputs"]["generator"]
     stat = (project / OBJECT).stat()
-    verify = project / "farm" / "accept" / "verify.py"
+    verify = project / "farm" / "verify" / "rules.py"
     verify.write_text(verify.read_text() + '\n"""A docstring-only edit still counts (files are compared by hash)."""\n')
     line = plan_line(project)
     assert line.split()[0] == "reverify"
-    assert "farm verification code farm/accept/verify.py changed: re-verifying without compiling" in line
+    assert "farm verification code farm/verify/rules.py changed: re-verifying without compiling" in line
     check = farm(project, "check")
     assert check.returncode == 1
-    assert "input drift: farm verification code farm/accept/verify.py changed since it was built" in check.stdout
+    assert "input drift: farm verification code farm/verify/rules.py changed since it was built" in check.stdout
     proc = farm(project, "build", "executor.standing=false")
     assert proc.returncode == 0, proc.stderr
     assert "built 0, reverified 1, failed 0" in proc.stderr
@@ -188,7 +188,7 @@ def test_verifier_change_reverifies_without_recompiling(tmp_path: Path) -> None:
     assert (now.st_ino, now.st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns)
     new = entry(project)
     assert new["sha256"] == old["sha256"] and new["inputs"]["generator"] == old["inputs"]["generator"]
-    assert new["inputs"]["verifier"]["accept/verify.py"] != old["inputs"]["verifier"]["accept/verify.py"]
+    assert new["inputs"]["verifier"]["verify/rules.py"] != old["inputs"]["verifier"]["verify/rules.py"]
     assert last_line(farm(project, "plan").stdout) == "rows=1 up_to_date=1 to_build=0"
     assert farm(project, "check").returncode == 0
 
@@ -196,7 +196,7 @@ def test_verifier_change_reverifies_without_recompiling(tmp_path: Path) -> None:
 def test_failed_reverification_fails_the_row(tmp_path: Path) -> None:
     """New rules that refuse the object: the row fails, and its old entry stays (still not up to date)."""
     project = built_copy(tmp_path)
-    verify = project / "farm" / "accept" / "verify.py"
+    verify = project / "farm" / "verify" / "rules.py"
     text = verify.read_text()
     marker = "def problems("
     assert marker in text

@@ -22,7 +22,8 @@ LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 LAYERS = "farm: layers point down only"
 WORKER = "farm.worker imports only farm.contract, farm.toolchain, farm.core"
 CYCLES = "farm: no import cycles between siblings"
-CHECKS = "farm.accept imports no boundary package of the verifier record"
+CHECKS = "farm.verify.rules, farm.elf import no verifier boundary package"
+VERIFY = "farm.verify: acceptance above its rules"
 
 
 def lint(root: Path) -> subprocess.CompletedProcess[str]:
@@ -33,8 +34,8 @@ def lint(root: Path) -> subprocess.CompletedProcess[str]:
 def verdict(out: str, contract: str) -> str:
     """'KEPT' or 'BROKEN' for one contract, from lint-imports' summary lines."""
     for line in out.splitlines():
-        if line.startswith(contract + " "):
-            return line.rsplit(" ", 1)[1]
+        if line.startswith(contract + " "):  # "<name> KEPT", or "<name> KEPT (1 ignored import)"
+            return line.removeprefix(contract + " ").split()[0]
     raise AssertionError(f"contract {contract!r} not reported:\n{out}")
 
 
@@ -52,7 +53,7 @@ def add_line(path: Path, line: str) -> None:
 def test_the_package_keeps_every_contract(farm_copy: Path) -> None:
     proc = lint(farm_copy)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for contract in (LAYERS, WORKER, CYCLES, CHECKS):
+    for contract in (LAYERS, VERIFY, WORKER, CYCLES, CHECKS):
         assert verdict(proc.stdout, contract) == "KEPT"
 
 
@@ -67,10 +68,18 @@ def test_an_upward_import_breaks_the_layers(farm_copy: Path) -> None:
 
 
 def test_siblings_on_one_layer_stay_independent(farm_copy: Path) -> None:
-    add_line(farm_copy / "farm/accept/verify.py", "from farm.store import lock  # noqa")
+    add_line(farm_copy / "farm/verify/rules.py", "from farm.store import lock  # noqa")
     proc = lint(farm_copy)
     assert verdict(proc.stdout, LAYERS) == "BROKEN"
-    assert "farm.accept is not allowed to import farm.store" in proc.stdout
+    assert "farm.verify.rules is not allowed to import farm.store" in proc.stdout
+
+
+def test_the_rules_stay_below_the_acceptance(farm_copy: Path) -> None:
+    """farm.verify spans two layers: its rules may not reach up into the acceptance (which reads the config)."""
+    add_line(farm_copy / "farm/verify/rules.py", "def _late():\n    from farm.verify import accept  # noqa")
+    proc = lint(farm_copy)
+    assert verdict(proc.stdout, VERIFY) == "BROKEN"
+    assert "farm.verify.rules is not allowed to import farm.verify.accept" in proc.stdout
 
 
 def test_an_import_inside_a_function_counts(farm_copy: Path) -> None:
@@ -92,11 +101,12 @@ def test_the_object_checks_load_no_config_code(farm_copy: Path) -> None:
     list is the record's)."""
     contract = next(c for c in tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
                     if c["name"] == CHECKS)
-    assert contract["source_modules"] == ["farm.accept"] and tuple(contract["forbidden_modules"]) == BOUNDARY
-    add_line(farm_copy / "farm/accept/verify.py", "from farm.table import model  # noqa")
+    assert contract["source_modules"] == ["farm.verify.rules", "farm.elf"]
+    assert tuple(contract["forbidden_modules"]) == BOUNDARY
+    add_line(farm_copy / "farm/elf/fast.py", "from farm.table import model  # noqa")
     proc = lint(farm_copy)
     assert verdict(proc.stdout, CHECKS) == "BROKEN"
-    assert "farm.accept is not allowed to import farm.table" in proc.stdout
+    assert "farm.elf is not allowed to import farm.table" in proc.stdout
 
 
 def test_a_cycle_inside_a_package_is_named(farm_copy: Path) -> None:

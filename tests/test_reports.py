@@ -89,7 +89,7 @@ def test_report_has_the_drivers_cost_and_phases_and_the_trace_its_lane(tmp_path:
     assert {e["name"] for e in phases if e["pid"] != driver_pid} == set(names[:-3])
 
     # Re-verified rows get the driver's verify and write phases too.
-    verify = project / "farm" / "accept" / "verify.py"
+    verify = project / "farm" / "verify" / "rules.py"
     verify.write_text(verify.read_text() + '\n"""An edit that re-verifies."""\n')
     run_farm(project, "build", *SEL, env=env, check=True)
     report = json.loads(_reports(project)[-1].read_text())

@@ -10,11 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from farm.accept.elfinfo import NotACodeObject, read_code_object
-from farm.accept.verify import describe, problems
-from farm.acceptance import rules_of
 from farm.core.canonical import canonical_json, digest_of, sha256_bytes
 from farm.core.errors import FarmError
+from farm.elf.code_object import NotACodeObject, read_code_object
 from farm.plan.decide import REVERIFY_NOTE
 from farm.plan.digest import current_inputs, input_changes
 from farm.plan.record_memo import DERIVED_FIELDS, RecordMemo, memo_key, record_digest
@@ -25,6 +23,8 @@ from farm.table.config import FarmConfig
 from farm.table.rows import Row
 from farm.toolchain import disasm
 from farm.toolchain.compare import differences, require_pin
+from farm.verify.accept import rules_of
+from farm.verify.rules import describe, problems
 
 
 @dataclass(frozen=True)

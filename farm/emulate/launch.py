@@ -24,7 +24,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
-from farm.accept.elfinfo import NotACodeObject, read_code_object
+from farm.elf.code_object import NotACodeObject, read_code_object
 
 DESCRIPTOR_BYTES = 64
 SHF_ALLOC = 0x2  # a section that is part of the loaded image

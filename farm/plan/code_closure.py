@@ -28,7 +28,7 @@ disassembly into instruction classes, the resource and identity checks: `inputs.
 that only selects rows, loads and caches the config, plans, measures, stores or moves data. What that code
 decides that can matter for an object is recorded as values in the same inputs: the knobs and resource
 rules (`knobs`, `allow`), the op and target config (`op`, `target`: digests of the very values the checks
-read, see farm/accept/verify.py `Rules`), the toolchain pin (`toolchain`), the sources and lookups. So the
+read, see farm/verify/rules.py `Rules`), the toolchain pin (`toolchain`), the sources and lookups. So the
 walk does not enter these packages: a module, function, class or annotated type of one is not followed, and
 neither is anything imported only through one. Recording them would change every shipped manifest (and
 golden digest) when, say, the config cache is refactored, though no object or recorded fact can change.

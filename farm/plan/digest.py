@@ -9,8 +9,8 @@ A row's recorded inputs (manifest entry `inputs`):
 - generator {farm rel path: SHA256}: the farm code that made the bytes, as recorded by the compile (every
   farm module the compile process loaded, and the code that prepared it: farm/worker/isolate.py);
 - verifier {farm rel path: SHA256}: every farm file that can run while the driver verifies the object and
-  derives the facts recorded about it: the static closure of farm/acceptance.py `accept` and `disassemble`
-  (farm/plan/code_closure.py: acceptance.py, farm/accept/, the disassembler and toolchain modules, and
+  derives the facts recorded about it: the static closure of farm/verify/accept.py `accept` and `disassemble`
+  (farm/plan/code_closure.py: farm/verify/, farm/elf/, the disassembler and toolchain modules, and
   everything those import), cut at the boundary packages (farm.table, farm.plan with this module, farm.store
   and the others code_closure.py names), whose outputs are recorded as values (knobs, allow, op, target,
   toolchain). Derived from the code, so every build (a compile, a restore, a re-verify) records the same

@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from farm.accept.elfinfo import NotACodeObject, read_code_object
-from farm.accept.verify import describe
 from farm.core.canonical import digest_of, sha256_bytes
 from farm.core.errors import FarmError
+from farm.elf.code_object import NotACodeObject, read_code_object
 from farm.plan.record_memo import DERIVED_FIELDS, RecordMemo, memo_key, record_digest
 from farm.store.manifest import RecordedEntry
 from farm.store.outtree import OutputDir
@@ -24,6 +23,7 @@ from farm.table.config import FarmConfig
 from farm.table.rows import Row
 from farm.toolchain import disasm
 from farm.toolchain.listing import Functions
+from farm.verify.rules import describe
 
 ROW_FIELDS = ("name", "group")
 # Recorded twice in an entry, as the row's fields and among its inputs. A row retuned since it was built

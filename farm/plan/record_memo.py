@@ -18,7 +18,7 @@ from pathlib import Path
 from farm.core.canonical import digest_of
 from farm.core.private import private_dir, read_private_text, write_private_text
 
-# The manifest fields derived from the object's bytes alone (farm/accept/verify.py `describe`).
+# The manifest fields derived from the object's bytes alone (farm/verify/rules.py `describe`).
 DERIVED_FIELDS = ("code_object", "kernels")
 # A memo never grows past this many records: beyond it, only those of the current command are kept.
 MAX_RECORDS = 100_000

@@ -27,8 +27,8 @@ Verdict = tuple[str, Entry | None, str | None]  # row key, its new manifest entr
 
 @dataclass(frozen=True)
 class Checks:
-    """The build's own acceptance, handed down (farm.acceptance sits above this stage): `disassemble` and `accept` of
-    farm/acceptance.py, so a restored object passes exactly the checks a freshly compiled one does."""
+    """The build's own acceptance, handed down (farm.verify.accept sits above this stage): `disassemble` and `accept` of
+    farm/verify/accept.py, so a restored object passes exactly the checks a freshly compiled one does."""
 
     disassemble: Callable[[FarmConfig, list[tuple[Row, CompileResult]]], dict[str, Counts]]
     accept: Callable[[FarmConfig, Row, CompileResult, CompileRecord, Counts, frozenset[str]],

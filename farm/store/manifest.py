@@ -54,7 +54,7 @@ RecordedInputs = Mapping[str, object]
 
 
 class Described(TypedDict):
-    """What an object's own bytes say about it (farm/accept/verify.py `describe`)."""
+    """What an object's own bytes say about it (farm/verify/rules.py `describe`)."""
 
     code_object: dict[str, object]  # target, e_flags, machine, linker, instruction classes
     kernels: list[dict[str, object]]  # one record per kernel, sorted by name

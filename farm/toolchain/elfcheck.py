@@ -5,7 +5,7 @@ same warning without end (issue 37). Every object the farm disassembles passes t
 file that fails it never reaches the tool: its header and tables must lie inside the file, every section's
 data too, every name inside its string table, every symbol and relocation inside its tables and sections.
 
-The objects the farm makes are plain 64-bit little-endian ELF (farm/accept/elffast.py, which reads them with
+The objects the farm makes are plain 64-bit little-endian ELF (farm/elf/fast.py, which reads them with
 the layouts defined here); anything else is refused here too, which is no loss: such a file is not one of
 the farm's objects. Read with `struct`, not pyelftools, because it runs on every row a build verifies
 (pyelftools builds its parsers anew for each file, ~1.5 ms of the driver's CPU; this takes ~70 us).

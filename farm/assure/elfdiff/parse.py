@@ -9,7 +9,7 @@ from typing import Any
 from elftools.elf.elffile import ELFFile
 from elftools.elf.enums import ENUM_E_MACHINE, ENUM_E_TYPE, ENUM_E_VERSION, ENUM_EI_OSABI
 
-from farm.accept.elfinfo import NotACodeObject, read_code_object
+from farm.elf.code_object import NotACodeObject, read_code_object
 
 # The code object's msgpack metadata as decoded from the file: data to compare, never trusted to have a shape.
 Metadata = dict[str, Any]

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from farm.accept.elfinfo import EF_AMDGPU_GENERIC_VERSION_SHIFT, EF_AMDGPU_MACH, ELFOSABI_AMDGPU_HSA
 from farm.assure.elfdiff.difference import ABSENT, Difference, same, show, show_hex
 from farm.assure.elfdiff.parse import Parsed
 from farm.assure.elfdiff.views.base import View
+from farm.elf.code_object import EF_AMDGPU_GENERIC_VERSION_SHIFT, EF_AMDGPU_MACH, ELFOSABI_AMDGPU_HSA
 
 FEATURE_SETTING_V4 = ("unsupported", "any", "off", "on")  # e_flags xnack/sramecc 2-bit fields (ABI v4+)
 

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import functools
 
-from farm.accept.elfinfo import CodeObject, NotACodeObject, read_code_object
-from farm.accept.verify import Rules, describe, problems
 from farm.contract import CompileResult
 from farm.core.canonical import sha256_bytes
+from farm.elf.code_object import CodeObject, NotACodeObject, read_code_object
 from farm.plan.code_closure import files_of
 from farm.plan.digest import CompileRecord, code_hashes, farm_hashes, farm_path_ok, inputs_of
 from farm.store import manifest
@@ -26,6 +25,7 @@ from farm.table.rows import Row
 from farm.toolchain import disasm
 from farm.toolchain.compare import differences
 from farm.toolchain.installed import compile_part
+from farm.verify.rules import Rules, describe, problems
 
 
 def accept(cfg: FarmConfig, row: Row, result: CompileResult, compiled: CompileRecord,

@@ -9,7 +9,7 @@ from typing import Any
 import msgpack
 from elftools.elf.elffile import ELFFile
 
-from farm.accept import elffast
+from farm.elf import fast
 from farm.toolchain import elfcheck
 
 EM_AMDGPU = 224
@@ -65,7 +65,7 @@ def _decode(value: Any) -> Any:
 
 def read_code_object(data: bytes) -> CodeObject:
     """Parse `data`; raises NotACodeObject if it is not an AMDGPU HSA ELF with a metadata note. A plain
-    AMDGPU object is read directly (elffast); any other file, or one that reader finds anything odd in, is
+    AMDGPU object is read directly (farm/elf/fast.py); any other file, or one that reader finds anything odd in, is
     first checked for a sound ELF structure (elfcheck: a malformed one is named for what is wrong with it),
     then read with pyelftools as it always was."""
     try:
@@ -78,12 +78,12 @@ def read_code_object(data: bytes) -> CodeObject:
 
 
 def _read_plain(data: bytes) -> CodeObject:
-    facts = elffast.read(data)
+    facts = fast.read(data)
     if facts.metadata_raw is None:
-        raise elffast.Irregular("no metadata note")
+        raise fast.Irregular("no metadata note")
     metadata = _decode(msgpack.unpackb(facts.metadata_raw, raw=True, strict_map_key=False))
     if not isinstance(metadata, dict):
-        raise elffast.Irregular("metadata is not a map")
+        raise fast.Irregular("metadata is not a map")
     return _code_object(EM_AMDGPU, facts.e_flags, ELFOSABI_AMDGPU_HSA, facts.abi_version, facts.sections,
                         facts.kernel_symbols, metadata)
 

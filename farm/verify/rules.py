@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from farm.accept.elfinfo import ELFOSABI_AMDGPU_HSA, EM_AMDGPU, CodeObject
+from farm.elf.code_object import ELFOSABI_AMDGPU_HSA, EM_AMDGPU, CodeObject
 from farm.toolchain.listing import CLASS_NAMES, EXAMPLES
 
 

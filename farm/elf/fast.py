@@ -1,10 +1,10 @@
-"""The facts elfinfo reads, taken straight from a well-formed AMDGPU ELF64 object with `struct`.
+"""The facts code_object reads, taken straight from a well-formed AMDGPU ELF64 object with `struct`.
 
 pyelftools builds its parsers anew for every file (~1.5 ms of the driver's CPU per object, most of its
 acceptance). Objects the farm compiles are plain: little-endian ELF64 for EM_AMDGPU with the HSA OS/ABI,
 uncompressed sections, every offset inside the file. This reader takes exactly those and gives the same
 facts pyelftools gives (checked equal on every object of outputs/, tests/test_driver_cost.py); anything
-else, at the first sign of it, is `Irregular`, and elfinfo reads that file with pyelftools as before, so
+else, at the first sign of it, is `Irregular`, and code_object reads that file with pyelftools as before, so
 an unusual or hostile file is judged exactly as it was.
 """
 
