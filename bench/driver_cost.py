@@ -7,7 +7,7 @@ This replays real results through the driver's real code at chosen batch sizes:
 - accept+write: the objects of outputs/ with their CompileResults rebuilt from the manifests (the generator
   files rehashed from this checkout, as a worker running today's code would report them), fed in batches
   of N to farm/build.py `_collect` (disassembly, acceptance, object writes, manifest flushes: what
-  `farm build` runs) writing into a fresh temporary outputs dir. Counted by farm/store/driver_cost.py: the
+  `farm build` runs) writing into a fresh temporary outputs dir. Counted by farm/observe/driver_cost.py: the
   driver's own process CPU, and the disassembler children's CPU apart.
 - ray: `--ray`: a private Ray cluster on 127.0.0.1 whose dummy actors return pre-made CompileResults of
   real sizes through the real farm/execute/dispatch.py `Dispatch`; the driver's process CPU per result
@@ -35,10 +35,10 @@ from pathlib import Path
 from farm import build as farm_build
 from farm.contract import CompileRequest, CompileResult, TargetFacts
 from farm.execute.settings import MAX_PARCEL
+from farm.observe.driver_cost import DriverCost, DriverReport
 from farm.plan.digest import farm_hashes
 from farm.plan.sources import Tree, collect
 from farm.store import manifest
-from farm.store.driver_cost import DriverCost, DriverReport
 from farm.store.outtree import OutputDir
 from farm.table.config import FarmConfig, find_project_root, load
 from farm.table.rows import Row

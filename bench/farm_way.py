@@ -23,7 +23,7 @@ from pathlib import Path
 from peak_memory import PeakMemory
 
 from farm.execute import autostart, standing, standing_files
-from farm.store.report import ReportRow
+from farm.observe.report import ReportRow
 from farm.table.config import FarmConfig
 from farm.table.rows import Row
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TypedDict
 
-from farm.store.trace import DRIVER_PHASES  # the phases the driver appends to a row
+from farm.observe.trace import DRIVER_PHASES  # the phases the driver appends to a row
 
 
 class PhaseRecord(TypedDict):

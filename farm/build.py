@@ -19,18 +19,18 @@ from farm.core.canonical import sha256_bytes
 from farm.core.errors import FarmError
 from farm.core.private import private_dir
 from farm.execute import autostart
+from farm.observe.driver_cost import DriverCost
+from farm.observe.progress import BuildProgress, worker_slots
+from farm.observe.report import BuildReport, Conditions, ReportRow, origin_fields, write_build_report
 from farm.plan.decide import REVERIFY, Decision, decide, summary_line
 from farm.plan.digest import CompileRecord, one_look
 from farm.plan.record_memo import RecordMemo, memo_key, record_digest
 from farm.plan.sources import Tree, collect
 from farm.restore.stage import Checks, Outcome, restore
 from farm.store import manifest
-from farm.store.driver_cost import DriverCost
 from farm.store.lock import command_line, lock_wait, tree_lock
 from farm.store.manifest import Entry, RecordedEntry
 from farm.store.outtree import TEMPORARY, OutputDir
-from farm.store.progress import BuildProgress, worker_slots
-from farm.store.report import BuildReport, Conditions, ReportRow, origin_fields, write_build_report
 from farm.table.config import FarmConfig
 from farm.table.rows import Row
 from farm.toolchain.beside import PinCheck
@@ -528,7 +528,7 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row],
     failures: list[tuple[Row, str, str]] = []
     built = reverified = 0
     cached = Outcome()
-    cost = DriverCost()  # the driver's own CPU per row (farm/store/driver_cost.py)
+    cost = DriverCost()  # the driver's own CPU per row (farm/observe/driver_cost.py)
     writer = DirectoryWriter(cfg, toolchain_ready)
     try:
         with writer:
@@ -647,7 +647,7 @@ def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryW
             with cost.section("ray", "ray submit"):
                 for d in order:
                     pool.submit(compile_request(cfg, d.row))
-            # On stderr: a bar on a terminal, else a line every ~10 s (farm/store/progress.py); the rows in
+            # On stderr: a bar on a terminal, else a line every ~10 s (farm/observe/progress.py); the rows in
             # flight are estimated from the order the rows went to Ray.
             slots = worker_slots(cfg.executor, standing)
             with BuildProgress([d.row.key for d in order], slots, sys.stderr) as progress:

@@ -19,7 +19,7 @@ from conftest import REPO, run_farm
 
 from farm.cli.verbs import VERBS
 from farm.core.errors import FarmError
-from farm.store.progress import INTERVAL_ENV, BuildProgress, InFlight, Status, interval_s
+from farm.observe.progress import INTERVAL_ENV, BuildProgress, InFlight, Status, interval_s
 
 VERB_NAMES = [verb.name for verb in VERBS]
 
@@ -128,7 +128,7 @@ def test_errors_go_to_stderr_and_quiet_keeps_them(small_project: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Progress of a build (farm/store/progress.py)
+# Progress of a build (farm/observe/progress.py)
 
 PROGRESS_LINE = re.compile(r"^progress: (\d+)/(\d+) rows, (\d+\.\d\d) rows/s, ETA (\S+ ?s?|unknown); (\d+) in flight"
                            r"(?:, slowest (\S+) \((\S+ ?s?)\))?$")
@@ -185,7 +185,7 @@ class FakePool:
 def test_not_a_terminal_gets_periodic_lines(caplog: pytest.LogCaptureFixture) -> None:
     """The line's fields as the build goes (a short period stands in for the default 10 s)."""
     clock = Clock()
-    caplog.set_level(logging.INFO, logger="farm.store.progress")
+    caplog.set_level(logging.INFO, logger="farm.observe.progress")
     with BuildProgress(["r1", "r2", "r3"], slots=2, file=io.StringIO(), period_s=0.01, clock=clock) as progress:
         batches = progress.watch(FakePool([["r2"]])).completed_batches()
         clock.now += 4
@@ -211,7 +211,7 @@ def wait_for_line(caplog: pytest.LogCaptureFixture, prefix: str) -> str:
 
 
 def test_quiet_shows_no_progress(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="farm.store.progress")
+    caplog.set_level(logging.WARNING, logger="farm.observe.progress")
     with BuildProgress(["r1"], slots=1, file=io.StringIO(), period_s=0.01) as progress:
         time.sleep(0.1)
         assert progress.bar is None
@@ -219,7 +219,7 @@ def test_quiet_shows_no_progress(caplog: pytest.LogCaptureFixture) -> None:
 
 
 def test_terminal_bar_shows_the_rows_in_flight(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="farm.store.progress")
+    caplog.set_level(logging.INFO, logger="farm.observe.progress")
     leader, follower = os.openpty()
     clock = Clock()
     try:

@@ -1,6 +1,6 @@
 """The driver's own cost: CPU per row counted by kind of work and consistent, the timeline's driver lane and
 nested phases, and the verifier record: a static closure holding every file an acceptance runs, the same in
-any process (farm/store/driver_cost.py, farm/store/trace.py, farm/plan/code_closure.py)."""
+any process (farm/observe/driver_cost.py, farm/observe/trace.py, farm/plan/code_closure.py)."""
 
 from __future__ import annotations
 
@@ -17,13 +17,14 @@ from farm import build
 from farm.contract import CompileResult, PhaseJson
 from farm.elf import code_object as elfinfo
 from farm.elf import fast as elffast
+from farm.observe import driver_cost
+from farm.observe.driver_cost import DriverBreakdown, DriverCost, DriverReport
+from farm.observe.trace import chrome_trace
 from farm.plan.code_closure import boundary_file, files_of, import_closure
 from farm.plan.digest import CodeRecorder, CompileRecord, farm_hashes
 from farm.plan.sources import Tree, collect
-from farm.store import driver_cost, manifest
-from farm.store.driver_cost import DriverBreakdown, DriverCost, DriverReport
+from farm.store import manifest
 from farm.store.outtree import OutputDir
-from farm.store.trace import chrome_trace
 from farm.table.config import FarmConfig, load
 from farm.table.rows import Row
 from farm.toolchain.installed import compile_part
@@ -33,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 class FakeCpu:
-    """The clocks farm/store/driver_cost.py reads, advanced by hand: each thread's CPU, the process's (the sum of
+    """The clocks farm/observe/driver_cost.py reads, advanced by hand: each thread's CPU, the process's (the sum of
     its threads'), the children's and the wall clock. The accounting is then checked to the microsecond, with
     no dependence on how fast the machine is."""
 
@@ -233,7 +234,7 @@ def test_the_verifier_record_stops_at_the_boundary_packages() -> None:
     for rel in ("table/config.py", "table/config_cache.py", "table/rows.py", "plan/digest.py",
                 "plan/code_closure.py", "store/manifest.py"):
         assert (REPO / "farm" / rel).is_file() and rel not in recorded, rel
-    assert boundary_file("table/__init__.py") and boundary_file("store/driver_cost.py")
+    assert boundary_file("table/__init__.py") and boundary_file("observe/driver_cost.py")
     assert not boundary_file("verify/rules.py") and not boundary_file("tablet.py")
 
 

@@ -19,7 +19,7 @@ from farm.assure import audit as audit_mod
 from farm.cli.selection import load, selected_rows
 from farm.core.private import private_dir
 from farm.execute import standing_files
-from farm.store.progress import BuildProgress
+from farm.observe.progress import BuildProgress
 
 SEL = "targets=[gfx942]"
 TARGET_DIR = "rmsnorm/gfx942"

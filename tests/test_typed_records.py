@@ -11,9 +11,9 @@ import pytest
 from conftest import built_copy, run_farm
 
 from farm.contract import REPORT_FIELDS
+from farm.observe.report import BuildReport, ReportRow
+from farm.observe.trace import TimedRow, chrome_trace
 from farm.store import manifest
-from farm.store.report import BuildReport, ReportRow
-from farm.store.trace import TimedRow, chrome_trace
 
 SEL = "targets=[gfx942]"
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import burn_cpu
 
 from farm.build import VerifyThread
-from farm.store.driver_cost import DriverCost
+from farm.observe.driver_cost import DriverCost
 
 WAIT_S = 20.0
 
@@ -90,7 +90,7 @@ def test_the_verify_threads_cpu_is_its_own_not_rays() -> None:
 
 def test_the_timeline_gives_the_verify_thread_a_lane_of_its_own() -> None:
     from farm.contract import PhaseJson
-    from farm.store.trace import chrome_trace
+    from farm.observe.trace import chrome_trace
 
     main = [PhaseJson(name="ray results", start_unix=100.0, seconds=1.0)]
     verifying = [PhaseJson(name="disassemble", start_unix=100.2, seconds=0.3)]  # overlaps the main thread's span

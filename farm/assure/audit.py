@@ -240,7 +240,7 @@ def _rebuild_failures(report: Path) -> dict[str, str]:
 
 def _report(cfg: FarmConfig, objects: list[Comparison], manifests: list[Comparison], vary: dict[str, bool],
             conditions: object, seconds: float, out: TextIO) -> int:
-    """`conditions`: the rebuild's, from its build report (farm/store/report.py Conditions), passed through."""
+    """`conditions`: the rebuild's, from its build report (farm/observe/report.py Conditions), passed through."""
     same = [o for o in objects if o["status"] == "identical"]
     other = [o for o in objects if o["status"] != "identical"]
     bad_manifests = [m for m in manifests if m["status"] != "identical"]

@@ -54,9 +54,10 @@ from pathlib import Path
 from farm.contract import FARM_DIR, farm_rel
 
 # Packages whose code is not recorded (see the module doc): rows and config (table), what to build and the
-# records themselves (plan), manifests, output files and build measurement (store), scheduling and moving
-# rows (execute), fetching objects back from a cache (restore), the command line (cli).
-BOUNDARY = ("farm.table", "farm.plan", "farm.store", "farm.execute", "farm.restore", "farm.cli")
+# records themselves (plan), manifests and output files (store), build progress, reports and measurement
+# (observe), scheduling and moving rows (execute), fetching objects back from a cache (restore), the command
+# line (cli).
+BOUNDARY = ("farm.table", "farm.plan", "farm.store", "farm.observe", "farm.execute", "farm.restore", "farm.cli")
 
 
 def in_boundary(module: str) -> bool:

@@ -15,6 +15,8 @@ from typing import Protocol
 from farm.core.canonical import sha256_bytes
 from farm.core.errors import FarmError
 from farm.core.words import count
+from farm.observe.progress import BuildProgress
+from farm.observe.report import ReportRow
 from farm.plan.decide import REVERIFY, UP_TO_DATE, CurrentInputs, Decision, decide_cached
 from farm.plan.sources import Tree, shipped_names
 from farm.restore.published import PublishedNames
@@ -23,8 +25,6 @@ from farm.restore.view import CacheView, NothingPublished, Unreachable, pointer_
 from farm.store import manifest
 from farm.store.manifest import Entry, RecordedEntry, RecordedInputs
 from farm.store.outtree import MANIFEST
-from farm.store.progress import BuildProgress
-from farm.store.report import ReportRow
 from farm.table.config import FarmConfig
 from farm.table.rows import Row
 

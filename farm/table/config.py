@@ -200,7 +200,7 @@ def load(root: Path, overrides: list[str]) -> FarmConfig:
     raw["audit"] = audit_settings(raw.get("audit"))
     executor = executor_settings(mapping("executor", raw.get("executor")))
     compile_timeout_s = compile_timeout(raw.get("compile_timeout_s"))
-    if "report_keep" in raw:  # absent: the reports' own default (farm/store/report.py)
+    if "report_keep" in raw:  # absent: the reports' own default (farm/observe/report.py)
         report_keep(raw["report_keep"])
     lock_wait_s(raw.get("lock_wait_s"))
     cache_settings(raw.get("cache"))

@@ -17,7 +17,7 @@ from farm.contract import PhaseJson
 
 
 class TimedRow(TypedDict, total=False):
-    """The fields of a build report row the timeline reads (farm/store/report.py `ReportRow` has them all).
+    """The fields of a build report row the timeline reads (farm/observe/report.py `ReportRow` has them all).
     A row that never ran on a worker (a re-verify) has no times and no lane."""
 
     key: str  # op/target/name

@@ -20,9 +20,9 @@ from farm.contract import PhaseJson
 from farm.core.atomic import write_text_atomic
 from farm.core.canonical import canonical_json, sha256_bytes
 from farm.core.errors import FarmError
-from farm.store.driver_cost import DriverReport
+from farm.observe.driver_cost import DriverReport
+from farm.observe.trace import TimedRow, chrome_trace
 from farm.store.lock import command_line
-from farm.store.trace import TimedRow, chrome_trace
 from farm.table.config import FarmConfig
 
 DEFAULT_KEEP = 20
@@ -91,7 +91,7 @@ class BuildReport(StartedReport, total=False):
     reverified: int
     failed: int
     up_to_date: int
-    driver: DriverReport  # the driver's CPU per row (farm/store/driver_cost.py)
+    driver: DriverReport  # the driver's CPU per row (farm/observe/driver_cost.py)
     driver_timeline: list[PhaseJson]  # the driver's main thread's work in time order: its timeline lane
     driver_verify_timeline: list[PhaseJson]  # the driver's verify thread's work: its timeline lane
 
