@@ -1,6 +1,6 @@
 """Crafted objects (issue 37 case 4): a code object whose ELF structure lies (a section header saying
 `sh_size = 2**63`, a section past the end of the file, ...) is DRIFT, named, in seconds. It never reaches the
-disassembler (farm/toolchain/elfcheck.py); and should one get past that check, the disassembler's output is
+disassembler (farm/elf/structure.py); and should one get past that check, the disassembler's output is
 bounded and it has a short time limit of its own (farm/toolchain/disasm.py)."""
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def test_the_tree_is_clean_between_cases(tree: Path) -> None:
 def test_every_real_object_passes_the_structure_check(built: Path) -> None:
     objects = sorted(built.glob("outputs/*/*/*.hsaco"))
     assert len(objects) >= 30
-    assert {path: disasm.elfcheck.problem(path.read_bytes()) for path in objects} == dict.fromkeys(objects)
+    assert {path: disasm.structure.problem(path.read_bytes()) for path in objects} == dict.fromkeys(objects)
 
 
 def _started(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
@@ -217,7 +217,7 @@ def test_output_past_the_limit_stops_the_disassembler(built: Path, tmp_path: Pat
     instead of printing the same warning without end into the farm's memory."""
     path = tmp_path / "crafted.hsaco"
     path.write_bytes(symtab_size_2_63(_object(built).read_bytes()))
-    monkeypatch.setattr(disasm.elfcheck, "problem", lambda data: None)  # as if the check had missed it
+    monkeypatch.setattr(disasm.structure, "problem", lambda data: None)  # as if the check had missed it
     reason = disasm.count_files(PINNED, TARGET, [path])[path]
     assert isinstance(reason, str) and reason.startswith("the disassembler printed "), reason
     assert "(stopped): " in reason and "invalid sh_size" in reason

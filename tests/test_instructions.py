@@ -199,7 +199,7 @@ def test_case9_one_truncated_object_does_not_taint_the_others(bwd_built: Path, t
 
 def _unknown_machine(data: bytes) -> bytes:
     """A sound ELF structure the disassembler still cannot read (no target for e_machine 0x1234): it stops
-    the batch at this file. (A truncated object no longer reaches it: farm/toolchain/elfcheck.py.)"""
+    the batch at this file. (A truncated object no longer reaches it: farm/elf/structure.py.)"""
     return data[:18] + (0x1234).to_bytes(2, "little") + data[20:]
 
 

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 LAYERS = "farm: layers point down only"
-WORKER = "farm.worker imports only farm.contract, farm.toolchain, farm.core"
+WORKER = "farm.worker loads no driver code"
 CYCLES = "farm: no import cycles between siblings"
 CHECKS = "farm.verify.rules, farm.elf import no verifier boundary package"
 VERIFY = "farm.verify: acceptance above its rules"

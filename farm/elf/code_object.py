@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from typing import Any
 
 import msgpack
-from elftools.elf.elffile import ELFFile
 
-from farm.elf import fast
-from farm.toolchain import elfcheck
+from farm.elf import fast, image, structure
 
 EM_AMDGPU = 224
 ELFOSABI_AMDGPU_HSA = 64  # pyelftools names value 64 ELFOSABI_ARM_AEABI (shared number)
@@ -66,12 +63,12 @@ def _decode(value: Any) -> Any:
 def read_code_object(data: bytes) -> CodeObject:
     """Parse `data`; raises NotACodeObject if it is not an AMDGPU HSA ELF with a metadata note. A plain
     AMDGPU object is read directly (farm/elf/fast.py); any other file, or one that reader finds anything odd in, is
-    first checked for a sound ELF structure (elfcheck: a malformed one is named for what is wrong with it),
-    then read with pyelftools as it always was."""
+    first checked for a sound ELF structure (farm/elf/structure.py: a malformed one is named for what is wrong
+    with it), then read whole with pyelftools (farm/elf/image.py)."""
     try:
         return _read_plain(data)
     except Exception:  # noqa: BLE001  anything odd at all: the general reader decides
-        problem = elfcheck.problem(data)
+        problem = structure.problem(data)
         if problem:
             raise NotACodeObject(f"not a readable ELF file (malformed: {problem})") from None
         return _read_general(data)
@@ -98,33 +95,21 @@ def _code_object(e_machine: int, e_flags: int, os_abi: int, abi_version: int, se
 def _read_general(data: bytes) -> CodeObject:
     """pyelftools: any ELF, any oddity."""
     try:
-        elf = ELFFile(io.BytesIO(data))
-        header = elf.header
-        sections: dict[str, bytes] = {}
+        elf = image.read(data)
+        sections = {sec.name: sec.data for sec in elf.sections}
         metadata: dict[str, Any] | None = None
-        symbols: list[str] = []
-        for section in elf.iter_sections():
-            name = section.name
-            sections[name] = b"" if section.header["sh_type"] == "SHT_NOBITS" else section.data()
-            if section.header["sh_type"] == "SHT_NOTE":
-                for note in section.iter_notes():
-                    if note["n_name"] == "AMDGPU" and note["n_type"] in (NT_AMDGPU_METADATA, "NT_AMDGPU_METADATA"):
-                        desc = note["n_descdata"]
-                        raw = desc if isinstance(desc, bytes) else desc.encode("latin-1")
-                        metadata = _decode(msgpack.unpackb(raw, raw=True, strict_map_key=False))
-            if section.header["sh_type"] in ("SHT_SYMTAB", "SHT_DYNSYM") and name == ".symtab":
-                for sym in section.iter_symbols():
-                    if sym["st_info"]["type"] == "STT_FUNC" and sym["st_info"]["bind"] == "STB_GLOBAL":
-                        symbols.append(sym.name)
-        machine = header["e_machine"]
-        e_machine = EM_AMDGPU if machine == "EM_AMDGPU" else int(machine) if isinstance(machine, int) else -1
-        os_abi = header["e_ident"]["EI_OSABI"]
-        os_abi_num = ELFOSABI_AMDGPU_HSA if os_abi in ("ELFOSABI_AMDGPU_HSA", "ELFOSABI_ARM_AEABI", 64) else -1
-    except NotACodeObject:
-        raise
-    except Exception as exc:  # pyelftools raises many types on garbage input
+        for note in (n for sec in elf.sections for n in sec.notes):
+            if note.name == "AMDGPU" and note.type in (NT_AMDGPU_METADATA, "NT_AMDGPU_METADATA"):
+                metadata = _decode(msgpack.unpackb(note.desc, raw=True, strict_map_key=False))
+        symbols = [sym.name for sym in elf.symbols if sym.table == ".symtab" and sym.type == "STT_FUNC"
+                   and sym.bind == "STB_GLOBAL"]
+    except image.Unreadable as exc:
+        raise NotACodeObject(f"not a readable ELF file ({exc})") from None
+    except Exception as exc:  # noqa: BLE001  a metadata note msgpack cannot read
         raise NotACodeObject(f"not a readable ELF file ({type(exc).__name__}: {exc})") from None
     if metadata is None:
         raise NotACodeObject("no NT_AMDGPU_METADATA note")
-    return _code_object(e_machine, header["e_flags"], os_abi_num, header["e_ident"]["EI_ABIVERSION"], sections,
-                        symbols, metadata)
+    header = elf.header
+    e_machine = header.e_machine if isinstance(header.e_machine, int) else -1
+    os_abi = ELFOSABI_AMDGPU_HSA if header.EI_OSABI == ELFOSABI_AMDGPU_HSA else -1
+    return _code_object(e_machine, header.e_flags, os_abi, header.EI_ABIVERSION, sections, symbols, metadata)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from farm.toolchain.elfcheck import (
+from farm.elf.structure import (
     HEADER,
     NOTE,
     SECTION,

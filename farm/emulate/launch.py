@@ -15,15 +15,11 @@ The layout is the one the LLVM AMDGPU backend documents for code object v4 and l
 
 from __future__ import annotations
 
-import io
 import struct
 from dataclasses import dataclass
 from typing import Any
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import SymbolTableSection
-
+from farm.elf import image
 from farm.elf.code_object import NotACodeObject, read_code_object
 
 DESCRIPTOR_BYTES = 64
@@ -171,14 +167,14 @@ def load(data: bytes) -> Program:
     """The program of a code object (raises NotLaunchable, naming what is missing or unreadable)."""
     try:
         return _load(data)
-    except (NotACodeObject, ELFError, struct.error) as exc:  # a damaged object is data, never a crash
+    except (NotACodeObject, image.Unreadable, struct.error) as exc:  # a damaged object is data, never a crash
         raise NotLaunchable(f"not a readable code object: {exc}") from None
 
 
 def _load(data: bytes) -> Program:
     info = read_code_object(data)
-    elf = ELFFile(io.BytesIO(data))
-    text = elf.get_section_by_name(".text")
+    elf = image.read(data)
+    text = elf.section(".text")
     if text is None:
         raise NotLaunchable("the object has no .text section")
     symbols = _symbols(elf)
@@ -188,17 +184,19 @@ def _load(data: bytes) -> Program:
         kernels[kernel.name] = kernel
     if not kernels:
         raise NotLaunchable("the object's metadata lists no kernel")
-    return Program(info.amdhsa_target, text.data(), text["sh_addr"], kernels)
+    return Program(info.amdhsa_target, text.data, text.addr, kernels)
 
 
-def _symbols(elf: ELFFile) -> dict[str, int]:
-    table = elf.get_section_by_name(".symtab") or elf.get_section_by_name(".dynsym")
-    if not isinstance(table, SymbolTableSection):
+def _symbols(elf: image.Image) -> dict[str, int]:
+    """Names to addresses, from .symtab (or .dynsym when the object has no .symtab)."""
+    table = ".symtab" if elf.section(".symtab") else ".dynsym"
+    symbols = [symbol for symbol in elf.symbols if symbol.table == table]
+    if not symbols:
         raise NotLaunchable("the object has no symbol table")
-    return {symbol.name: symbol["st_value"] for symbol in table.iter_symbols() if symbol.name}
+    return {symbol.name: symbol.value for symbol in symbols if symbol.name}
 
 
-def _kernel(elf: ELFFile, meta: dict[str, Any], symbols: dict[str, int]) -> Kernel:
+def _kernel(elf: image.Image, meta: dict[str, Any], symbols: dict[str, int]) -> Kernel:
     """One kernel from its metadata entry (`meta`), its descriptor found through the symbol table."""
     name = str(meta.get(".name", ""))
     kd_name = str(meta.get(".symbol", f"{name}.kd"))
@@ -214,11 +212,10 @@ def _kernel(elf: ELFFile, meta: dict[str, Any], symbols: dict[str, int]) -> Kern
                   int(meta.get(".wavefront_size", 64)))
 
 
-def _bytes_at(elf: ELFFile, address: int, length: int) -> bytes:
+def _bytes_at(elf: image.Image, address: int, length: int) -> bytes:
     """`length` bytes at virtual `address`, from the section that holds them."""
-    for section in elf.iter_sections():
-        start = section["sh_addr"]
-        loaded = section["sh_flags"] & SHF_ALLOC and section["sh_type"] != "SHT_NOBITS"
-        if loaded and start <= address and address + length <= start + section["sh_size"]:
-            return section.data()[address - start:address - start + length]
+    for section in elf.sections:
+        loaded = section.flags & SHF_ALLOC and section.type != "SHT_NOBITS"
+        if loaded and section.addr <= address and address + length <= section.addr + section.size:
+            return section.data[address - section.addr:address - section.addr + length]
     raise NotLaunchable(f"no section holds the {length} bytes at {address:#x}")

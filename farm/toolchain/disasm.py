@@ -25,7 +25,8 @@ from typing import BinaryIO
 
 from farm.core.errors import FarmError
 from farm.core.private import private_dir
-from farm.toolchain import elfcheck, listing
+from farm.elf import structure
+from farm.toolchain import listing
 from farm.toolchain.listing import Functions, parse_listing, valid_counts
 from farm.toolchain.shapes import DisassemblerPin
 
@@ -192,7 +193,7 @@ def _reason(stderr: str, path: Path, clipped: bool = False) -> str:
 
 def count_files(entry: DisassemblerPin | None, mcpu: str, files: Sequence[Path]) -> dict[Path, Functions | str]:
     """{file: {function: {class: count}}, or why the disassembler cannot read it}. A file whose ELF
-    structure is unsound (farm/toolchain/elfcheck.py) never reaches the disassembler."""
+    structure is unsound (farm/elf/structure.py) never reaches the disassembler."""
     found: dict[Path, Functions | str] = {}
     sound = []
     for path in files:
@@ -208,10 +209,10 @@ def count_files(entry: DisassemblerPin | None, mcpu: str, files: Sequence[Path])
 def _structure_problem(path: Path) -> str | None:
     try:
         with path.open("rb") as file:
-            data = file.read(elfcheck.MAX_OBJECT_BYTES + 1)  # one byte more: a larger file is named as such
+            data = file.read(structure.MAX_OBJECT_BYTES + 1)  # one byte more: a larger file is named as such
     except OSError as exc:
         return f"cannot be read ({exc.strerror})"
-    return elfcheck.problem(data)
+    return structure.problem(data)
 
 
 def _count_sound(entry: DisassemblerPin | None, mcpu: str, files: Sequence[Path]) -> dict[Path, Functions | str]:
@@ -232,7 +233,7 @@ def _count_sound(entry: DisassemblerPin | None, mcpu: str, files: Sequence[Path]
 
 def count_many(entry: DisassemblerPin | None, mcpu: str, objects: Sequence[bytes]) -> list[Functions | str]:
     """Per object held in memory: {function: {class: count}}, or why it cannot be read (count_files)."""
-    problems = [elfcheck.problem(data) for data in objects]
+    problems = [structure.problem(data) for data in objects]
     tmp = _scratch_dir()
     call = next(_CALLS)
     paths = [tmp / f"{call}-{i}.hsaco" for i in range(len(objects))]

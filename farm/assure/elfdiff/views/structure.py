@@ -7,8 +7,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from farm.assure.elfdiff.difference import ABSENT, Difference, first_difference, only, show, show_hex
-from farm.assure.elfdiff.parse import SEGMENT_FIELDS, Parsed, Section, SymbolKey
+from farm.assure.elfdiff.parse import Parsed, Section, SymbolKey
 from farm.assure.elfdiff.views.base import View
+from farm.elf.image import SEGMENT_FIELDS
 
 # (attribute of Section, its ELF name, how to show it)
 SectionAttrs = tuple[tuple[str, str, Callable[[Any], str]], ...]
