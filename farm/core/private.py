@@ -14,6 +14,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from farm.core.atomic import write_text_atomic
 from farm.core.errors import FarmError
 
 
@@ -49,16 +50,9 @@ def private_dir(*parts: str) -> Path:
 
 
 def write_private_text(path: Path, text: str) -> None:
-    """Write a small file inside a private directory: a fresh temp file renamed over `path`, so an
-    existing symlink at `path` is replaced, never followed."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write a small file inside a private directory (mode 0600), atomically: a symlink at `path` is replaced,
+    never followed."""
+    write_text_atomic(path, text, mode=0o600)
 
 
 def read_private_text(path: Path) -> str | None:

@@ -22,7 +22,6 @@ private cluster, saying so.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -40,6 +39,7 @@ from typing import TypedDict
 import psutil
 
 from farm.core.errors import FarmError
+from farm.core.locking import take_lock
 from farm.execute.processes import (
     Identity,
     end_leftovers,
@@ -260,13 +260,7 @@ def read_token(root: Path) -> bytes:
 
 def _take_lock(where: Path) -> int | None:
     """The daemon lock's open file, locked by this process; None when a daemon holds it (up or starting)."""
-    fd = os.open(where / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
+    return take_lock(where / LOCK_FILE)
 
 
 def starting(root: Path) -> bool:

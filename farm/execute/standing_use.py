@@ -11,11 +11,11 @@ No Ray here: a build takes these decisions before it knows whether it compiles a
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 from pathlib import Path
 
+from farm.core.locking import take_lock, try_lock
 from farm.execute.standing_files import StandingState, running, state_dir
 
 IN_USE_FILE = "in-use.lock"
@@ -25,21 +25,16 @@ POLL_S = 0.1
 _held: dict[Path, int] = {}
 
 
-def _open(root: Path) -> int:
-    where = state_dir(root)
-    where.mkdir(parents=True, exist_ok=True)
-    return os.open(where / IN_USE_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-
-
-def _lock(root: Path, how: int) -> bool:
-    """Take the in-use lock `how` (LOCK_SH or LOCK_EX) without waiting; keep it in _held when taken."""
+def _lock(root: Path, *, shared: bool) -> bool:
+    """Take the in-use lock (or turn this process's hold into) shared or exclusive, without waiting; keep it
+    in _held when taken."""
     fd = _held.get(root)
-    fd = _open(root) if fd is None else fd
-    try:
-        fcntl.flock(fd, how | fcntl.LOCK_NB)
-    except BlockingIOError:
-        if root not in _held:
-            os.close(fd)
+    if fd is None:
+        state_dir(root).mkdir(parents=True, exist_ok=True)
+        fd = take_lock(state_dir(root) / IN_USE_FILE, shared=shared)
+        if fd is None:
+            return False
+    elif not try_lock(fd, shared=shared):
         return False
     _held[root] = fd
     return True
@@ -55,21 +50,20 @@ def release(root: Path) -> None:
 def take_exclusive(root: Path) -> bool:
     """No build uses the standing cluster now, and none can start to until `share` or `release`."""
     release(root)  # this process's own shared hold would otherwise count as a user
-    return _lock(root, fcntl.LOCK_EX)
+    return _lock(root, shared=False)
 
 
 def share(root: Path) -> None:
     """Turn this process's exclusive hold into a shared one (it uses the daemon it just started)."""
-    fd = _held.get(root)
-    if fd is not None:
-        fcntl.flock(fd, fcntl.LOCK_SH)
+    if root in _held:
+        _lock(root, shared=True)  # from exclusive to shared never waits
 
 
 def being_replaced(root: Path) -> bool:
     """Is another build replacing the daemon right now (it holds the lock exclusively)?"""
     if root in _held:
         return False
-    if _lock(root, fcntl.LOCK_SH):
+    if _lock(root, shared=True):
         release(root)
         return False
     return True
@@ -85,7 +79,7 @@ def wait_replaced(root: Path, timeout_s: float) -> None:
 def hold(root: Path, state: StandingState) -> bool:
     """Hold the in-use lock shared for this build's use of `state`'s daemon; False (nothing held) when
     another build is replacing it, or it is no longer the daemon that is up."""
-    if root not in _held and not _lock(root, fcntl.LOCK_SH):
+    if root not in _held and not _lock(root, shared=True):
         return False
     now = running(root)
     if now is None or now["pid"] != state["pid"]:

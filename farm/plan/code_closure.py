@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from farm.contract import FARM_DIR, farm_rel
+from farm.plan.pyimports import imports
 
 # Packages whose code is not recorded (see the module doc): rows and config (table), what to build and the
 # records themselves (plan), manifests and output files (store), build progress, reports and measurement
@@ -188,21 +189,9 @@ def _packages_of(name: str) -> list[str]:
 
 def _imports(path: Path, name: str) -> list[str]:
     """The farm modules `path` imports anywhere (top level, functions, TYPE_CHECKING blocks)."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     found: list[str] = []
-    for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
-        if isinstance(node, ast.Import):
-            found += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = _absolute(node, package)
-            found.append(base)
-            found += [f"{base}.{alias.name}" for alias in node.names]  # `from pkg import module`
+    for item in imports(ast.parse(path.read_bytes(), str(path)), package):
+        found.append(item.module)
+        found += [f"{item.module}.{alias}" for alias in item.names]  # `from pkg import module`
     return [m for m in found if m.split(".")[0] == "farm"]
-
-
-def _absolute(node: ast.ImportFrom, package: str) -> str:
-    if not node.level:
-        return node.module or ""
-    parts = package.split(".")
-    base = ".".join(parts[: len(parts) - node.level + 1])
-    return f"{base}.{node.module}" if node.module else base

@@ -11,17 +11,16 @@ when its holder dies, however it dies: a lock is never left behind.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
-import stat
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from farm.core.errors import FarmError
+from farm.core.locking import NotRegular, open_lock_file, try_lock
 from farm.table.config import FarmConfig
 
 POLL_S = 0.2
@@ -40,14 +39,12 @@ def _open_lock_file(path: Path) -> int:
     """Open (create) the lock file without following a symlink; refuse anything but a regular file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        return open_lock_file(path, 0o644)
+    except NotRegular:
+        raise FarmError(f"{path} is not a regular file", f"remove {path}; the farm recreates it") from None
     except OSError as exc:
         raise FarmError(f"cannot open the output tree's lock file {path} ({exc.strerror})",
                         f"make {path.parent} writable, and remove {path} if it is a symlink") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise FarmError(f"{path} is not a regular file", f"remove {path}; the farm recreates it")
-    return fd
 
 
 # Said of a holder that left no name: a reader, or a writer between taking the lock and naming itself.
@@ -76,28 +73,22 @@ def tree_lock(tree: Path, command: str, *, shared: bool = False, wait_s: float |
     `wait_s` seconds when given (0: refuse at once); then a FarmError names the holder."""
     path = lock_path(tree)
     fd = _open_lock_file(path)
-    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     try:
         began = time.monotonic()
         deadline = None if wait_s is None else began + max(0.0, wait_s)
         said = False
-        while True:
-            try:
-                fcntl.flock(fd, mode | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                named = holder(path)
-                who = named or UNNAMED
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise FarmError(f"{tree} is locked by {who}",
-                                    "wait for it to finish, or run again without lock_wait_s= to wait for it"
-                                    ) from None
-                # A writer names itself just after it takes the lock: a waiter that looked in between
-                # waits a moment for the name before it says whom it waits for (a reader never names one).
-                if not said and (named is not None or time.monotonic() - began >= NAME_WAIT_S):
-                    log.warning("waiting for %s: it is locked by %s (lock file %s)", tree, who, path)
-                    said = True
-                time.sleep(POLL_S)
+        while not try_lock(fd, shared=shared):
+            named = holder(path)
+            who = named or UNNAMED
+            if deadline is not None and time.monotonic() >= deadline:
+                raise FarmError(f"{tree} is locked by {who}",
+                                "wait for it to finish, or run again without lock_wait_s= to wait for it")
+            # A writer names itself just after it takes the lock: a waiter that looked in between
+            # waits a moment for the name before it says whom it waits for (a reader never names one).
+            if not said and (named is not None or time.monotonic() - began >= NAME_WAIT_S):
+                log.warning("waiting for %s: it is locked by %s (lock file %s)", tree, who, path)
+                said = True
+            time.sleep(POLL_S)
         if not shared:
             _record_holder(fd, command)
         try:

@@ -138,6 +138,9 @@ class OutputDir:
     def write_atomic(self, name: str, data: bytes) -> None:
         """Write a temporary file owned by this process, fsync, then rename it over `name` (a symlink
         at `name` is replaced, never followed)."""
+        # Not farm/core/atomic.py: that writer takes a path, and any directory on a path may be swapped for a
+        # symlink between check and write; this one writes under the directory fd opened without following
+        # symlinks, and splits staging from publishing so that a batch is fsync'd once (`stage`, `publish`).
         tmp = self.stage(name, data, durable=True)
         self.publish(tmp, name)
 

@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-OPTIONAL_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+from farm.plan.pyimports import Import, imports
 
 
 @dataclass(frozen=True)
@@ -34,14 +34,6 @@ class Missing:
     line: int
     function: str | None = None  # the function the import is in (it runs only when that runs); None: module level
     names: tuple[str, ...] = ()  # `from module import a, b`: a, b (one may be a submodule of the missing package)
-
-
-@dataclass(frozen=True)
-class _Import:
-    module: str  # absolute dotted name (relative imports resolved)
-    names: tuple[str, ...]  # for `from module import a, b`: a, b (may be submodules); () for `import module`
-    line: int
-    function: str | None = None  # the innermost function the import is in
 
 
 class Tree:
@@ -97,59 +89,10 @@ def installed(top: str, exclude: list[Path]) -> bool:
     return False
 
 
-def _optional_try(node: ast.Try) -> bool:
-    for handler in node.handlers:
-        if handler.type is None:
-            return True
-        kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-        if any(isinstance(k, ast.Name) and k.id in OPTIONAL_ERRORS for k in kinds):
-            return True
-    return False
-
-
-def _type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
-        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def _package_of(rel: str) -> list[str]:
     """The package a file's relative imports start from: kernels_src/a/b.py -> [a]; a/b/__init__.py -> [a, b]."""
     parts = rel[:-len(".py")].split("/")
     return parts[:-1]
-
-
-def _imports(tree: ast.AST, rel: str) -> list[_Import]:
-    """The file's required imports (optional ones left out), relative ones made absolute."""
-    found: list[_Import] = []
-
-    def visit(node: ast.AST, optional: bool, function: str | None) -> None:
-        if isinstance(node, ast.Import) and not optional:
-            found.extend(_Import(alias.name, (), node.lineno, function) for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and not optional:
-            found.append(_from_import(node, rel, function))
-        inner = node.name if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
-        for child in ast.iter_child_nodes(node):
-            # A guarded import and its fallback in the handler are both optional: the file runs without them.
-            guarded = optional or (isinstance(node, ast.Try) and (child in node.body or child in node.handlers)
-                                   and _optional_try(node)) \
-                or (isinstance(node, ast.If) and child in node.body and _type_checking(node))
-            visit(child, guarded, inner)
-
-    visit(tree, False, None)
-    return found
-
-
-def _from_import(node: ast.ImportFrom, rel: str, function: str | None) -> _Import:
-    names = tuple(a.name for a in node.names if a.name != "*")
-    if not node.level:
-        return _Import(node.module or "", names, node.lineno, function)
-    package = _package_of(rel)
-    if node.level - 1 > len(package) or (node.level - 1 == len(package) and not node.module):
-        # Beyond the top of kernels_src/: the compile would raise "attempted relative import beyond top-level".
-        return _Import("." * node.level + (node.module or ""), names, node.lineno, function)
-    base = package[: len(package) - (node.level - 1)]
-    return _Import(".".join(base + ([node.module] if node.module else [])), names, node.lineno, function)
 
 
 def _bound_names(text: str) -> set[str] | None:
@@ -200,7 +143,7 @@ class _Walk:
             self.visit_file(file)
         return kind
 
-    def check(self, item: _Import, importer: str) -> list[Missing]:
+    def check(self, item: Import, importer: str) -> list[Missing]:
         kind = self.resolve(item.module)
         if kind is None:
             return [Missing(item.module, importer, item.line, item.function, item.names)]
@@ -227,6 +170,7 @@ def missing_imports(tree: Tree, start: list[str], exclude: list[Path]) -> list[M
     while walk.queue:
         rel = walk.queue.pop(0)
         parsed = ast.parse(tree.text(rel), filename=rel)
-        for item in _imports(parsed, rel):
-            missing += walk.check(item, rel)
+        for item in imports(parsed, _package_of(rel)):
+            if not item.optional:  # a guarded import may fail: the file runs without it
+                missing += walk.check(item, rel)
     return sorted(set(missing), key=lambda m: (m.importer, m.line, m.module))
