@@ -35,6 +35,7 @@ from pathlib import Path
 from farm import build as farm_build
 from farm.contract import CompileRequest, CompileResult, TargetFacts
 from farm.execute.settings import MAX_PARCEL
+from farm.observe import driver_cost
 from farm.observe.driver_cost import DriverCost, DriverReport
 from farm.plan.digest import farm_hashes
 from farm.plan.sources import Tree, collect
@@ -116,9 +117,9 @@ def replay(cfg: FarmConfig, cases: list[Case], size: int, tree: Tree) -> DriverR
         run_cfg = _with_outputs(cfg, scratch / "outputs")
         cost = DriverCost()
         failures: list = []
-        with farm_build.DirectoryWriter(run_cfg) as writer, cost.window():
+        with farm_build.DirectoryWriter(run_cfg) as writer, driver_cost.recording(cost), cost.window():
             farm_build._collect(run_cfg, _Batches(cases, size), {c.row.key: c.row for c in cases}, tree, writer,
-                                [], failures, _Bar(), lambda: None, cost, 0.0)
+                                [], failures, _Bar(), lambda: None, 0.0)
             with cost.section("write", "flush"):
                 writer.flush()
         if failures:

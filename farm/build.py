@@ -19,6 +19,7 @@ from farm.core.canonical import sha256_bytes
 from farm.core.errors import FarmError
 from farm.core.private import private_dir
 from farm.execute import autostart
+from farm.observe import driver_cost
 from farm.observe.driver_cost import DriverCost
 from farm.observe.progress import BuildProgress, worker_slots
 from farm.observe.report import BuildReport, Conditions, ReportRow, origin_fields, write_build_report
@@ -246,19 +247,19 @@ class DirectoryWriter:
 
 def _collect(cfg: FarmConfig, pool: Any, rows: dict[str, Row], tree: Tree, writer: DirectoryWriter,
              report_rows: list[ReportRow], failures: list[tuple[Row, str, str]], bar: Any,
-             heartbeat: Callable[[], None], cost: DriverCost, gather_s: float) -> int:
+             heartbeat: Callable[[], None], gather_s: float) -> int:
     """Take results as they arrive, a batch at a time (what finishes within `gather_s` of a batch's first
     result), and verify and write each batch on the verify thread (`VerifyThread`); returns the number
     written. `tree` is the kernel sources this build shipped: the compiles' lookups are answered from it."""
-    written = _BatchWriter(cfg, pool, rows, tree, writer, report_rows, failures, bar, cost)
+    written = _BatchWriter(cfg, pool, rows, tree, writer, report_rows, failures, bar)
     batches = iter(pool.completed_batches(gather_s))
     # Left in this order: the verify thread finishes what is queued, with the disassemblies it waits for. It
     # first derives the verifier record (~0.1 s of source parsing, once per process) while the first rows
     # compile, instead of before they are sent.
-    with (EarlyDisassembly(cfg, rows, cost) as early,
-          VerifyThread(written.take, cost, prepare=verifier_files) as verifying):
+    with (EarlyDisassembly(cfg, rows) as early, VerifyThread(written.take, prepare=verifier_files) as verifying):
         while True:
-            with cost.section("ray", "ray results"):  # waiting costs no CPU; taking results (get, deserialize) does
+            # Waiting costs no CPU; taking results (get, deserialize) does.
+            with driver_cost.phase("ray", "ray results"):
                 batch = next(batches, None)
             if batch is None:
                 break
@@ -278,8 +279,8 @@ class EarlyDisassembly:
     is a process per target, so several run side by side while the verify thread accepts and writes the
     batches before. `start` returns the call that waits for a batch's counts."""
 
-    def __init__(self, cfg: FarmConfig, rows: dict[str, Row], cost: DriverCost) -> None:
-        self.cfg, self.rows, self.cost = cfg, rows, cost
+    def __init__(self, cfg: FarmConfig, rows: dict[str, Row]) -> None:
+        self.cfg, self.rows = cfg, rows
         self.pool = ThreadPoolExecutor(DISASSEMBLY_THREADS, thread_name_prefix="farm-disassemble")
 
     def __enter__(self) -> EarlyDisassembly:
@@ -303,13 +304,8 @@ class EarlyDisassembly:
         return counts
 
     def _disassemble(self, pairs: list[tuple[Row, CompileResult]]) -> Counts:
-        started = time.thread_time()
-        try:
+        with driver_cost.helper_thread("verify"):  # its parse of the listings is the driver's verification work
             return disassemble(self.cfg, pairs)
-        finally:  # its parse of the listings is verification work of the driver's process
-            spent = time.thread_time() - started
-            self.cost.count("verify", spent)
-            self.cost.add_helper(spent)
 
 
 class VerifyThread:
@@ -323,10 +319,8 @@ class VerifyThread:
     the main thread ends with an error, the batches already queued are still verified and written before
     it leaves (they are finished compiles; the build's last flush records them)."""
 
-    def __init__(self, handle: Callable[..., None], cost: DriverCost,
-                 prepare: Callable[[], object] | None = None) -> None:
+    def __init__(self, handle: Callable[..., None], prepare: Callable[[], object] | None = None) -> None:
         self._handle = handle
-        self._cost = cost
         self._prepare = prepare  # the build's one-time work, before the first batch (its CPU is not a row's)
         self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()  # `handle`'s arguments
         self._error: BaseException | None = None
@@ -349,42 +343,38 @@ class VerifyThread:
         self._queue.put(item)
 
     def _run(self) -> None:
-        started = time.thread_time()
-        try:
+        with driver_cost.helper_thread():
             if self._prepare is not None:
-                try:
-                    self._prepare()
-                except BaseException as exc:  # noqa: BLE001  (re-raised on the main thread)
-                    self._error = exc
-                self._cost.exclude(time.thread_time() - started)
+                with driver_cost.one_time():
+                    try:
+                        self._prepare()
+                    except BaseException as exc:  # noqa: BLE001  (re-raised on the main thread)
+                        self._error = exc
             while (item := self._queue.get()) is not None:
                 if self._error is None:  # after an error, the rest of the queue is only emptied
                     try:
                         self._handle(*item)
                     except BaseException as exc:  # noqa: BLE001  (re-raised on the main thread)
                         self._error = exc
-        finally:
-            self._cost.add_helper(time.thread_time() - started)
 
 
 class _BatchWriter:
     """What the verify thread does with one batch: verify it, write what passes, report every row."""
 
     def __init__(self, cfg: FarmConfig, pool: Any, rows: dict[str, Row], tree: Tree, writer: DirectoryWriter,
-                 report_rows: list[ReportRow], failures: list[tuple[Row, str, str]], bar: Any,
-                 cost: DriverCost) -> None:
+                 report_rows: list[ReportRow], failures: list[tuple[Row, str, str]], bar: Any) -> None:
         self.cfg, self.pool, self.rows, self.tree, self.writer = cfg, pool, rows, tree, writer
-        self.report_rows, self.failures, self.bar, self.cost = report_rows, failures, bar, cost
+        self.report_rows, self.failures, self.bar = report_rows, failures, bar
         self.built = 0
 
     def take(self, batch: list[CompileResult], held: float, disassembly: Callable[[], Counts] | None = None) -> None:
         """`batch`, taken at `held`; `disassembly` waits for its counts (None: disassemble it here)."""
         self.writer.ready()  # results are verified with the pinned disassembler, once the toolchain check passed
-        checked = _verify_batch(self.cfg, self.rows, self.tree, batch, self.cost, disassembly)
+        checked = _verify_batch(self.cfg, self.rows, self.tree, batch, disassembly)
         for result, (entry, refused, phases) in zip(batch, checked, strict=True):
             row = self.rows[result.key]
             if entry is not None:
-                with self.cost.section("write"):
+                with driver_cost.phase("write"):
                     phases.append(self.writer.write_object(row, elf_of(result), entry))
                 self.built += 1
             else:
@@ -394,26 +384,26 @@ class _BatchWriter:
             driver = _ray_return(result, self.pool.returned_unix(result.key), taken) + phases
             self.report_rows.append(_report_row(result, entry is not None, refused, driver))
             self.bar.update(1)
-        self.cost.rows += len(batch)
-        with self.cost.section("write", "flush"):
+        driver_cost.rows_done(len(batch))
+        with driver_cost.phase("write", "flush"):
             self.writer.flush_due()
 
 
 def _verify_batch(cfg: FarmConfig, rows: dict[str, Row], tree: Tree | dict[str, CompileRecord],
-                  batch: list[CompileResult], cost: DriverCost, disassembly: Callable[[], Counts] | None = None,
+                  batch: list[CompileResult], disassembly: Callable[[], Counts] | None = None,
                   ) -> list[tuple[Entry | None, str | None, list[PhaseJson]]]:
     """Disassemble the batch (one run per target; with `disassembly`, wait for the one started when the batch
     was taken) and accept each result: (entry, refusal, [its verify phase]) per result. What each compile
     consulted comes from its result, its lookups answered from `tree` (the sources the build shipped), or,
     re-verifying, from the records given per key. A row's verify phase is its share of the disassembly (or of
     the wait for it) plus its own acceptance."""
-    with cost.section("verify", "disassemble"):
+    with driver_cost.phase("verify", "disassemble"):
         began = time.time()
         counts = disassembly() if disassembly else disassemble(cfg, [(rows[r.key], r) for r in batch])
         share = (time.time() - began) / len(batch)
     out = []
     # The batch is accepted at one moment: each farm file's stat is taken once for all its rows.
-    with cost.section("verify", "accept"), one_look():
+    with driver_cost.phase("verify", "accept"), one_look():
         for result in batch:
             row = rows[result.key]
             start = time.time()
@@ -447,18 +437,17 @@ def _report_row(result: CompileResult, written: bool, refused: str | None, drive
 
 
 def reverify(cfg: FarmConfig, todo: list[Decision], writer: DirectoryWriter, report_rows: list[ReportRow],
-             failures: list[tuple[Row, str, str]], cost: DriverCost | None = None) -> int:
+             failures: list[tuple[Row, str, str]]) -> int:
     """Verify the objects on disk again under today's verification code and record their new entries, without
     compiling: only that code changed since they were built (plan status reverify). Returns how many passed."""
-    cost = cost or DriverCost()
     if todo:
         verifier_files()  # derived once per process: the build's cost, not a row's
-    with cost.window():
-        return _reverify(cfg, todo, writer, report_rows, failures, cost)
+    with driver_cost.window():
+        return _reverify(cfg, todo, writer, report_rows, failures)
 
 
 def _reverify(cfg: FarmConfig, todo: list[Decision], writer: DirectoryWriter, report_rows: list[ReportRow],
-              failures: list[tuple[Row, str, str]], cost: DriverCost) -> int:
+              failures: list[tuple[Row, str, str]]) -> int:
     results = []
     for d in todo:
         entry, elf = writer.recorded(d.row)
@@ -473,10 +462,10 @@ def _reverify(cfg: FarmConfig, todo: list[Decision], writer: DirectoryWriter, re
     rows = {row.key: row for row, _, _ in results}
     records = {row.key: compiled for row, compiled, _ in results}
     passed = 0
-    checked = _verify_batch(cfg, rows, records, [result for _, _, result in results], cost)
+    checked = _verify_batch(cfg, rows, records, [result for _, _, result in results])
     for (row, _, _), (entry, refused, phases) in zip(results, checked, strict=True):
         if entry is not None:
-            with cost.section("write"):
+            with driver_cost.phase("write"):
                 phases.append(writer.record(row, entry))
             passed += 1
         else:
@@ -484,8 +473,8 @@ def _reverify(cfg: FarmConfig, todo: list[Decision], writer: DirectoryWriter, re
             log.warning("FAILED %s: re-verification failed: %s", row.key, refused)
         report_rows.append({"key": row.key, "ok": entry is not None, "reverified": True, "written": False,
                             "refused": refused, "phases": phases})
-    cost.rows += len(results)
-    with cost.section("write", "flush"):
+    driver_cost.rows_done(len(results))
+    with driver_cost.phase("write", "flush"):
         writer.flush()
     return passed
 
@@ -528,20 +517,20 @@ def build(cfg: FarmConfig, decisions: list[Decision], all_rows: list[Row],
     failures: list[tuple[Row, str, str]] = []
     built = reverified = 0
     cached = Outcome()
-    cost = DriverCost()  # the driver's own CPU per row (farm/observe/driver_cost.py)
+    cost = DriverCost()  # the driver's own CPU per row (farm/observe/driver_cost.py): the steps report to it
     writer = DirectoryWriter(cfg, toolchain_ready)
     try:
-        with writer:
+        with driver_cost.recording(cost), writer:
             report["pruned"] = _prune(cfg, writer, decisions, all_rows)
             _sweep(cfg, writer, decisions)
             reverified = reverify(cfg, [d for d in decisions if d.status == REVERIFY], writer, report["rows"],
-                                  failures, cost)
+                                  failures)
             # Rows whose published objects are current come back from the DVC cache instead (farm/restore/).
             cached = restore(cfg, [d for d in decisions if d.compiles], writer, report["rows"],
                              Checks(disassemble, accept), will_compile)
             if cached.compile:  # the restore stage returns at once when it cannot restore anything
                 will_compile()
-            built = _compile_and_write(cfg, cached.compile, writer, report, failures, cost)
+            built = _compile_and_write(cfg, cached.compile, writer, report, failures)
             # Last: the directories this build wrote are what the farm writes by now, and a build whose rows
             # compile does not wait here for its toolchain check (opening a directory does) before they start.
             _rewrite_documents(cfg, writer, decisions)
@@ -622,7 +611,7 @@ def _prune(cfg: FarmConfig, writer: DirectoryWriter, decisions: list[Decision], 
 
 
 def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryWriter, report: BuildReport,
-                       failures: list[tuple[Row, str, str]], cost: DriverCost | None = None) -> int:
+                       failures: list[tuple[Row, str, str]]) -> int:
     """Compile `todo` on Ray and write what verifies; returns the number written."""
     if not todo:
         return 0
@@ -633,7 +622,6 @@ def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryW
     from farm.execute.settings import batch_gather_s
 
     gather_s = batch_gather_s()  # a bad FARM_BATCH_GATHER_S is named before anything starts
-    cost = cost or DriverCost()
     rows = {d.row.key: d.row for d in todo}
     standing = for_build(cfg)
     if standing is None:
@@ -643,8 +631,8 @@ def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryW
         pool.share_sources(sources)
         order = list(reversed(todo)) if cfg.extra.get("row_order") == "reversed" else todo
         # The driver's cost per row counts from here: starting the cluster is the build's, not a row's.
-        with cost.window():
-            with cost.section("ray", "ray submit"):
+        with driver_cost.window():
+            with driver_cost.phase("ray", "ray submit"):
                 for d in order:
                     pool.submit(compile_request(cfg, d.row))
             # On stderr: a bar on a terminal, else a line every ~10 s (farm/observe/progress.py); the rows in
@@ -655,11 +643,11 @@ def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryW
                     # A long build keeps the standing cluster's idle clock from running out under it.
                     heartbeat = (lambda: mark_used(cfg.root)) if standing else (lambda: None)
                     built = _collect(cfg, progress.watch(pool), rows, Tree.of(sources), writer, report["rows"],
-                                     failures, progress, heartbeat, cost, gather_s)
+                                     failures, progress, heartbeat, gather_s)
                 finally:
-                    with cost.section("write", "flush"):
+                    with driver_cost.phase("write", "flush"):
                         writer.flush()
-        cost.daemon = pool.daemon_cpu_seconds
+        driver_cost.daemon_cpu(pool.daemon_cpu_seconds)
     if standing:
         done(cfg.root)  # the idle clock starts when the build ends; it may be replaced now
     return built

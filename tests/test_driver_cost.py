@@ -185,6 +185,32 @@ def _real_case(project: Path, op: str, target: str) -> tuple[FarmConfig, Row, Co
     return cfg, row, result, CompileRecord.of_result(result, Tree.of(collect(cfg.kernels_dir)))
 
 
+def test_the_build_steps_report_to_the_recorder_of_the_build_under_way(cpu: FakeCpu) -> None:
+    """A step is not handed the DriverCost: it reports to the one being recorded, from any thread; outside a
+    recording it records nothing."""
+    with driver_cost.phase("verify", "accept"):  # no build under way: nothing to report to, nothing raised
+        cpu.burn(0.5)
+    cost = DriverCost()
+    with driver_cost.recording(cost), driver_cost.window():
+        with driver_cost.phase("verify", "accept"):
+            cpu.burn(0.002)
+        helper = threading.Thread(target=_helper_step, args=(cpu,))
+        helper.start()
+        helper.join()
+        driver_cost.rows_done(2)
+    with driver_cost.phase("write"):  # the recording ended
+        cpu.burn(0.5)
+    found = cost.report()
+    assert found["rows"] == 2
+    assert found["breakdown"]["verify"] == pytest.approx(0.005) and found["breakdown"]["write"] == 0.0
+    assert [s["name"] for s in cost.spans] == ["accept"]
+
+
+def _helper_step(cpu: FakeCpu) -> None:
+    with driver_cost.helper_thread("verify"):  # a disassembly thread: all of its CPU is verification
+        cpu.burn(0.003)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("op", "target"), [("rmsnorm", "gfx942"), ("rmsnorm", "gfx11-generic")])
 def test_verifier_record_holds_every_file_an_acceptance_ran(built: Path, op: str, target: str) -> None:

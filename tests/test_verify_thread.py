@@ -10,6 +10,7 @@ import pytest
 from conftest import burn_cpu
 
 from farm.build import VerifyThread
+from farm.observe import driver_cost
 from farm.observe.driver_cost import DriverCost
 
 WAIT_S = 20.0
@@ -26,7 +27,7 @@ def test_the_next_batch_is_taken_while_one_is_still_verified() -> None:
         else:
             handled.append((batch[0], True))
 
-    with VerifyThread(handle, DriverCost()) as verifying:
+    with VerifyThread(handle) as verifying:
         verifying.put(["a"], time.time())
         verifying.put(["b"], time.time())
         second_queued.set()
@@ -41,7 +42,7 @@ def test_an_error_on_the_verify_thread_reaches_the_main_thread() -> None:
         raise OSError(28, "No space left on device")
 
     with pytest.raises(OSError, match="No space left"):
-        with VerifyThread(handle, DriverCost()) as verifying:
+        with VerifyThread(handle) as verifying:
             verifying.put(["a"], time.time())
             assert failed.wait(WAIT_S)
             deadline = time.monotonic() + WAIT_S
@@ -60,7 +61,7 @@ def test_batches_queued_before_a_main_thread_error_are_still_verified() -> None:
         handled.append(batch[0])
 
     with pytest.raises(RuntimeError, match="daemon went away"):
-        with VerifyThread(handle, DriverCost()) as verifying:
+        with VerifyThread(handle) as verifying:
             verifying.put(["a"], time.time())
             verifying.put(["b"], time.time())
             release.set()
@@ -72,14 +73,14 @@ def test_the_verify_threads_cpu_is_its_own_not_rays() -> None:
     """Its sections count as verify and write; its CPU is not counted again as Ray's threads."""
     cost = DriverCost()
 
-    def handle(batch: list, taken: float) -> None:
-        with cost.section("verify", "disassemble"):
+    def handle(batch: list, taken: float) -> None:  # steps report to the build's recorder, not handed it
+        with driver_cost.phase("verify", "disassemble"):
             burn_cpu()
-        with cost.section("write", "flush"):
+        with driver_cost.phase("write", "flush"):
             burn_cpu()
 
-    with cost.window():
-        with VerifyThread(handle, cost) as verifying:
+    with driver_cost.recording(cost), cost.window():
+        with VerifyThread(handle) as verifying:
             verifying.put(["a"], time.time())
     cost.rows = 1
     found = cost.report()["breakdown"]
@@ -106,8 +107,8 @@ def test_one_time_preparation_runs_first_and_is_not_a_rows_cost() -> None:
     rows compile; its CPU is left out of the rows' cost, and its error ends the build like a batch's."""
     order: list[str] = []
     cost = DriverCost()
-    with cost.window():
-        with VerifyThread(lambda batch, taken: order.append(batch[0]), cost,
+    with driver_cost.recording(cost), cost.window():
+        with VerifyThread(lambda batch, taken: order.append(batch[0]),
                           prepare=lambda: (order.append("prepare"), burn_cpu(0.2))) as verifying:
             verifying.put(["a"], time.time())
     cost.rows = 1
@@ -118,7 +119,7 @@ def test_one_time_preparation_runs_first_and_is_not_a_rows_cost() -> None:
         raise RuntimeError("no verifier record")
 
     with pytest.raises(RuntimeError, match="no verifier record"):
-        with VerifyThread(lambda batch, taken: order.append(batch[0]), DriverCost(), prepare=broken) as verifying:
+        with VerifyThread(lambda batch, taken: order.append(batch[0]), prepare=broken) as verifying:
             time.sleep(0.2)  # the preparation failed meanwhile
             verifying.put(["b"], time.time())
     assert "b" not in order

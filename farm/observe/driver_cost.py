@@ -20,6 +20,10 @@ a build, not a row's, and is left out.
 - `daemon_cpu_seconds`: when the rows went through the standing cluster's daemon (farm/execute/relay.py),
   the daemon's CPU for them: the Ray work a build that joins Ray does in its own process moved there. It is
   central work too, so it counts against how many cores one driver can feed. None: no daemon in between.
+
+The build's steps report to the recorder of the build under way (`recording`), from whichever thread they run
+on, instead of being handed it: `phase` for a kind of work, `helper_thread` for a thread of the build's own,
+`one_time` for the build's one-time work, `rows_done` and `daemon_cpu`. Outside `recording` they record nothing.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import resource
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TypedDict
 
 from farm.contract import PhaseJson
@@ -151,3 +155,71 @@ class DriverCost:
                 f"{per['verify']:.2f}, write {per['write']:.2f}, ray {per['ray']:.2f}, Ray's threads "
                 f"{per['threads']:.2f}); disassembler processes {found['disassembler_ms_per_row']:.2f} ms per row"
                 + ("" if daemon is None else f"; relaying daemon {daemon:.2f} ms per row"))
+
+
+# The recorder of the build this process runs (one at a time), None between builds: read from every thread.
+_current: DriverCost | None = None
+
+
+@contextmanager
+def recording(cost: DriverCost) -> Iterator[DriverCost]:
+    """The build's steps report to `cost` for the block."""
+    global _current
+    previous, _current = _current, cost
+    try:
+        yield cost
+    finally:
+        _current = previous
+
+
+@contextmanager
+def window() -> Iterator[None]:
+    """A stretch in which rows flow (`DriverCost.window`) of the build being recorded."""
+    with _current.window() if _current is not None else nullcontext():
+        yield
+
+
+@contextmanager
+def phase(name: str, span: str | None = None) -> Iterator[None]:
+    """The calling thread's CPU on one kind of work (`DriverCost.section`)."""
+    with _current.section(name, span) if _current is not None else nullcontext():
+        yield
+
+
+@contextmanager
+def helper_thread(work: str | None = None) -> Iterator[None]:
+    """The block is the whole life of one of the build's own threads besides the main one: its CPU is the
+    driver's, counted to `work` (one of SECTIONS) too when given."""
+    cost, started = _current, time.thread_time()
+    try:
+        yield
+    finally:
+        if cost is not None:
+            spent = time.thread_time() - started
+            cost.add_helper(spent)
+            if work is not None:
+                cost.count(work, spent)
+
+
+@contextmanager
+def one_time() -> Iterator[None]:
+    """The build's one-time work on one of its helper threads: not the rows' cost (`DriverCost.exclude`)."""
+    cost, started = _current, time.thread_time()
+    try:
+        yield
+    finally:
+        if cost is not None:
+            cost.exclude(time.thread_time() - started)
+
+
+def rows_done(count: int) -> None:
+    """`count` more rows verified."""
+    if _current is not None:
+        with _current._lock:
+            _current.rows += count
+
+
+def daemon_cpu(seconds: float | None) -> None:
+    """The relaying daemon's CPU for the rows, as it said (None: no daemon in between)."""
+    if _current is not None:
+        _current.daemon = seconds
