@@ -343,7 +343,7 @@ def test_push_after_partial_build_reports_not_built_not_drift(src: Path, env: di
     assert line == (f"NOT BUILT outputs/{TARGET_DIR}/: 3 of 6 rows have no object here; "
                     "build them: `farm build ops=[rmsnorm] targets=[gfx942]`")
     assert last_line(proc.stdout).startswith(
-        "refusing to publish: 1 directories not built completely: rmsnorm/gfx942 (3 of 6 rows)")
+        "refusing to publish: 1 directory not built completely: rmsnorm/gfx942 (3 of 6 rows)")
     assert not (project / "outputs.dvc").exists()
 
     status = run_farm(project, "status", SEL, env=env)

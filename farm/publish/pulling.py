@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dvc.exceptions import DownloadError, DvcException
 
 from farm.core.errors import FarmError
+from farm.core.words import count
 from farm.publish.brevity import first_few, lines_shown, wants_all
 from farm.publish.commands import build_command, command, not_built, outputs_args, remote_args
 from farm.publish.in_hand import InHand, in_hand, remote_location
@@ -149,7 +150,7 @@ def _check_pulled(cfg: FarmConfig, where: Paths, everything: bool) -> int:
     problems = drift(cfg, found)
     for line in lines_shown([f"DRIFT {line}" for line in problems], everything):
         print(line)
-    tail = f"; {len(found.incomplete)} directories not built completely" if found.incomplete else ""
+    tail = f"; {count(len(found.incomplete), 'directory')} not built completely" if found.incomplete else ""
     print(f"checked {len(found.checked)} objects: "
           + ("no drift" if not problems else f"{len(problems)} problem(s)") + tail)
     return 1 if problems or found.incomplete else 0

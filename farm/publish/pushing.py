@@ -23,6 +23,7 @@ from farm.assure.golden_code import render as render_code
 from farm.core.atomic import write_bytes_atomic, write_text_atomic
 from farm.core.canonical import sha256_file
 from farm.core.errors import FarmError
+from farm.core.words import count
 from farm.publish.brevity import first_few, lines_shown, wants_all
 from farm.publish.commands import command, not_built, outputs_args, remote_args, selection_args
 from farm.publish.pointer import Pointer, read_pointer
@@ -208,7 +209,7 @@ def _refuse_unpublishable(cfg: FarmConfig, rel: str, found: Survey, everything: 
     if incomplete:
         names = first_few([f"{d.op}/{d.target} ({len(d.missing)} of {len(d.rows)} rows)" for d in incomplete],
                           everything)
-        why.append(f"{len(incomplete)} directories not built completely: {names}")
+        why.append(f"{count(len(incomplete), 'directory')} not built completely: {names}")
     if problems:
         why.append(f"{len(problems)} problem(s) in {rel}/")
     fix = "build them (the commands above), then `farm push`" if incomplete else "`farm build`, then `farm push`"
