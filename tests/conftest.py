@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import shlex
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
@@ -84,6 +90,23 @@ def shrink_rmsnorm(project: Path) -> None:
     shrink_op(project, "rmsnorm", SMALL_RMSNORM_GROUPS)
 
 
+# The address of the session's shared Ray cluster (the `shared_ray` fixture), once it is up.
+SHARED_RAY: list[str] = []
+
+
+def on_shared_cluster(project: Path, args: tuple[str, ...], env: dict[str, str] | None) -> tuple[str, ...]:
+    """A `farm build` that says nothing of its executor and runs in the session's environment builds on the
+    session's shared Ray cluster (executor=cluster): what it tests is not how a build starts its own cluster,
+    and starting one costs ~5 s of Ray start and stop per build. Tests of the private and standing clusters
+    name an executor setting or their own environment, and keep theirs; so does a project where a standing
+    cluster was ever started (its builds are to use it)."""
+    if (SHARED_RAY and args and args[0] == "build" and env is None
+            and not (project / ".farm" / "cluster").exists()
+            and not any(a.startswith(("executor", "--help", "-h")) for a in args)):
+        return (*args, "executor=cluster", f"executor.address={SHARED_RAY[0]}")
+    return args
+
+
 def run_farm(project: Path, *args: str, env: dict[str, str] | None = None,
              cwd: Path | None = None, check: bool = False) -> subprocess.CompletedProcess:
     full_env = dict(os.environ)
@@ -91,8 +114,14 @@ def run_farm(project: Path, *args: str, env: dict[str, str] | None = None,
     full_env.update(env or {})
     if cwd is not None and cwd != project:
         full_env["FARM_PROJECT"] = str(project)
+    args = on_shared_cluster(project, args, env)
+    start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "farm.cli", *args], cwd=cwd or project, env=full_env,
                           capture_output=True, text=True, timeout=1800)
+    if os.environ.get("FARM_TEST_CALL_LOG"):  # a developer's measure of where the suite's time goes
+        with open(os.environ["FARM_TEST_CALL_LOG"], "a") as log:
+            log.write(f"{time.perf_counter() - start:.2f}\t{os.environ.get('PYTEST_CURRENT_TEST', '')}\t"
+                      f"{' '.join(args)[:200]}\n")
     if check and proc.returncode != 0:
         raise AssertionError(f"farm {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -153,6 +182,53 @@ def small_one_target_copy(dest: Path, target: str) -> Path:
     config.write_text(config.read_text().replace("\ntargets: []", f"\ntargets: [{target}]", 1))
     run_farm(project, "expand", check=True)
     return project
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_ray() -> Iterator[str]:
+    """One Ray cluster on loopback for the whole session (see on_shared_cluster), ended with the session.
+    `ray stop` would end every Ray process of this user, so the cluster is this `ray start`'s process tree."""
+    temp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths sit below it
+    port = _free_port()
+    env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")  # loopback only
+    # Detached (its parent, a shell, exits at once): tests that reap every descendant of this process
+    # (tests/test_cluster.py) must not end it.
+    command = " ".join(shlex.quote(a) for a in [
+        str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
+        f"--port={port}", f"--num-cpus={os.cpu_count() or 1}", f"--temp-dir={temp}", "--disable-usage-stats",
+        "--include-dashboard=false"])
+    launched = subprocess.run(["sh", "-c", f"{command} >/dev/null 2>&1 </dev/null & echo $!"], env=env,
+                              capture_output=True, text=True, check=True)
+    head = psutil.Process(int(launched.stdout))
+    try:
+        _wait_for_port(port, head, 120)
+        SHARED_RAY.append(f"127.0.0.1:{port}")
+        yield SHARED_RAY[0]
+    finally:
+        SHARED_RAY.clear()
+        tree = [head, *head.children(recursive=True)] if head.is_running() else []
+        for proc in tree:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()  # SIGTERM leaves most of Ray's processes up for more than 15 s
+        psutil.wait_procs(tree, timeout=30)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _wait_for_port(port: int, head: psutil.Process, timeout_s: float) -> None:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end and head.is_running() and head.status() != psutil.STATUS_ZOMBIE:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"the session's Ray cluster did not come up on 127.0.0.1:{port}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

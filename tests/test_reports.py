@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_farm, small_copy
+from conftest import REPO, on_shared_cluster, run_farm, small_copy
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,8 @@ def test_reports_record_their_origin_and_only_the_newest_are_kept(tmp_path: Path
 
     run_farm(project, "build", *SEL, "report_keep=2", check=True)
     report = json.loads(_reports(project)[-1].read_text())
-    assert report["command"] == f"farm build {' '.join(SEL)} report_keep=2"
+    ran = on_shared_cluster(project, ("build", *SEL, "report_keep=2"), None)  # the words the build was given
+    assert report["command"] == f"farm {' '.join(ran)}"
     assert report["outputs_dir"] == str((project / "outputs").resolve())
     assert report["git_commit"] == commit and report["git_dirty"] is False
 
