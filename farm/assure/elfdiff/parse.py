@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from farm.elf import image
@@ -13,21 +13,9 @@ from farm.elf.image import Header, Segment
 Metadata = dict[str, Any]
 
 
-@dataclass
-class Section:
-    name: str
-    index: int
-    type: str
-    flags: int
-    addr: int
-    offset: int
-    size: int
-    align: int
-    entsize: int
-    link: int
-    info: int
-    data: bytes
-    notes: list[tuple[str, Any, int]]  # (name, type, descriptor size) of each note, for SHT_NOTE sections
+# A section as farm/elf/image.py reads it, its `name` the key it has in `Parsed.sections` (a nameless or repeated
+# name made distinguishable: "[0]", ".text#7").
+Section = image.Section
 
 
 @dataclass
@@ -74,9 +62,7 @@ def _sections(elf: image.Image) -> dict[str, Section]:
         name = sec.name or f"[{sec.index}]"  # the null section, or a nameless one
         if name in found:  # duplicate names stay distinguishable
             name = f"{name}#{sec.index}"
-        found[name] = Section(name, sec.index, sec.type, sec.flags, sec.addr, sec.offset, sec.size, sec.align,
-                              sec.entsize, sec.link, sec.info, sec.data,
-                              [(n.name, n.type, n.descsz) for n in sec.notes])
+        found[name] = replace(sec, name=name)
     return found
 
 

@@ -82,7 +82,8 @@ class OtherMetadata(View):
             for path, va, vb in value_diffs("", rest_a, rest_b):
                 yield Difference("metadata", path, va, vb, f"{path} {show(va)} vs {show(vb)}")
         for name in [n for n in a.sections if n in b.sections]:
-            na, nb = a.sections[name].notes, b.sections[name].notes
+            # (name, type, descriptor size) of each entry: the descriptors are compared by the views that own them
+            na, nb = ([(n.name, n.type, n.descsz) for n in p.sections[name].notes] for p in (a, b))
             if na != nb:
                 yield Difference("metadata", f"{name} notes", na, nb,
                                  f"note entries in {name} (name, type, size): {show(na)} vs {show(nb)}")
