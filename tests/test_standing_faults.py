@@ -452,3 +452,33 @@ def test_rows_go_in_parcels_and_a_lost_parcel_s_rows_go_again_alone_uncharged(tm
     assert ["die/once", str(MAX_PARCEL)] in deaths  # it killed its actor inside a parcel: not charged
     assert ["die/always", "1"] in deaths  # alone, charged, and with no retries failed
     assert all(returned[k] is not None for k in keys if k != "die/always")
+
+
+@pytest.mark.parametrize("name", ["daemon.lock", "in-use.lock"])
+@pytest.mark.parametrize("planted", ["symlink", "fifo", "directory"])
+def test_a_planted_lock_file_is_one_farm_error_and_nothing_is_written_through_it(tmp_path: Path, name: str,
+                                                                                    planted: str) -> None:
+    """The standing cluster's lock files are the farm's own: a symlink, FIFO or directory planted at one is
+    refused with one error naming it, and a symlink's target is neither created nor written."""
+    from farm.core.errors import FarmError
+    from farm.execute import standing_files, standing_use
+
+    where = tmp_path / ".farm" / "cluster"
+    where.mkdir(parents=True, mode=0o700)
+    target = tmp_path / "elsewhere"
+    lock = where / name
+    if planted == "symlink":
+        lock.symlink_to(target)
+    elif planted == "fifo":
+        os.mkfifo(lock)
+    else:
+        lock.mkdir()
+    if name == "daemon.lock":
+        call = lambda: standing_files.spawn(tmp_path, 1, 1.0)  # noqa: E731
+    else:
+        call = lambda: standing_use.being_replaced(tmp_path)  # noqa: E731
+    with pytest.raises(FarmError) as caught:
+        call()
+    assert str(lock) in caught.value.what and caught.value.fix and "remove" in caught.value.fix
+    assert not target.exists()
+    assert lock.is_symlink() == (planted == "symlink")

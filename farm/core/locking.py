@@ -7,24 +7,26 @@ behind. Used by the output tree's lock (farm/store/lock.py), the standing cluste
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import stat
 from pathlib import Path
 
-
-class NotRegular(OSError):
-    """The lock file's path holds something other than a regular file (a FIFO, a device, a directory)."""
+from farm.core.errors import FarmError
 
 
 def open_lock_file(path: Path, mode: int = 0o600) -> int:
-    """Open (create) `path` for locking, never through a symlink (OSError: ELOOP); NotRegular for anything
-    but a regular file."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    """Open (create) `path` for locking, never through a symlink. A path the farm cannot lock (a symlink, a
+    FIFO, a directory, a file it may not open) is one FarmError naming it: the farm owns its lock files, so
+    the fix is always to remove what stands there."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        raise FarmError(f"cannot open the lock file {path} ({exc.strerror})",
+                        f"remove {path} (the farm recreates it) and make {path.parent} writable") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise NotRegular(errno.EINVAL, "not a regular file", str(path))
+        raise FarmError(f"the lock file {path} is not a regular file", f"remove {path}; the farm recreates it")
     return fd
 
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from farm.core.errors import FarmError
-from farm.core.locking import NotRegular, open_lock_file, try_lock
+from farm.core.locking import open_lock_file, try_lock
 from farm.table.config import FarmConfig
 
 POLL_S = 0.2
@@ -38,13 +38,7 @@ def lock_path(tree: Path) -> Path:
 def _open_lock_file(path: Path) -> int:
     """Open (create) the lock file without following a symlink; refuse anything but a regular file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        return open_lock_file(path, 0o644)
-    except NotRegular:
-        raise FarmError(f"{path} is not a regular file", f"remove {path}; the farm recreates it") from None
-    except OSError as exc:
-        raise FarmError(f"cannot open the output tree's lock file {path} ({exc.strerror})",
-                        f"make {path.parent} writable, and remove {path} if it is a symlink") from None
+    return open_lock_file(path, 0o644)
 
 
 # Said of a holder that left no name: a reader, or a writer between taking the lock and naming itself.
