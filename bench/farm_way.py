@@ -118,7 +118,7 @@ def default_path(root: Path) -> Iterator[bool]:
             _let_a_start_finish(root)
         if not before and standing.running(root) is not None:
             subprocess.run([sys.executable, "-m", "farm.cli", "cluster", "down"], stdout=subprocess.DEVNULL,
-                           check=False)
+                           check=False, cwd=root)  # root's daemon, wherever the bench runs from
             print("  (stopped the standing cluster the bench's builds started: farm cluster down)", flush=True)
 
 

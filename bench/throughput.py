@@ -1,6 +1,7 @@
 """Build the same rows three ways in one run and print how the farm's default path compares.
 
     python bench/throughput.py [--private] [farm selection overrides]     e.g. ops=[rmsnorm] targets=[gfx942]
+    python bench/throughput.py --guards [--outputs=DIR]      the speed guards: PASS or FAIL (bench/guards.py)
 
 (a) sequential: one process per target compiling its rows in sequence (imports once, no isolation),
     up to one such process per core at a time: how per-target generator scripts work. Its per-row
@@ -42,6 +43,7 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import phase_table
@@ -107,6 +109,12 @@ def summary(seq: WayRun, fresh: WayRun, farm: FarmRun, cores: int) -> str:
             f"efficiency={efficiency:.2f} tax={isolated / in_process:.2f} peak_gib={farm.peak_gib:.2f}")
 
 
+def isolation(busy: WayRun, farm: FarmRun) -> float:
+    """The isolation factor: the farm's isolated compile seconds per row over in-process ones with every core
+    busy (what is left of the tax once compiles sharing the machine are taken out)."""
+    return farm.isolated_compile_s / max(farm.compiled_rows, 1) / (sum(busy.seconds.values()) / len(busy.seconds))
+
+
 def tax_split(seq: WayRun, busy: WayRun, farm: FarmRun) -> str:
     """The tax as two factors: compiles sharing the machine (in-process with every core busy against alone)
     and the isolation itself (the farm's isolated compiles against in-process ones with every core busy)."""
@@ -114,59 +122,100 @@ def tax_split(seq: WayRun, busy: WayRun, farm: FarmRun) -> str:
     shared = sum(busy.seconds.values()) / len(busy.seconds)
     isolated = farm.isolated_compile_s / max(farm.compiled_rows, 1)
     return (f"  tax split: in-process {alone:.3f} s per row alone, {shared:.3f} with every core busy "
-            f"(sharing {shared / alone:.2f}x); the farm's isolated {isolated:.3f} (isolation {isolated / shared:.2f}x)")
+            f"(sharing {shared / alone:.2f}x); the farm's isolated {isolated:.3f} "
+            f"(isolation {isolation(busy, farm):.2f}x)")
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One selection's farm builds and the in-process ways around them, as `measure` ran them."""
+
+    warm: FarmRun  # the warm-up build (may start the standing cluster); not in the ratios
+    before: WayRun  # the sequential way right before the measured build
+    farm: FarmRun  # the measured build
+    after: WayRun  # the sequential way right after it
+    busy: WayRun  # in-process compiles with every core busy (the tax split)
+
+    @property
+    def seq(self) -> WayRun:
+        return bracketing(self.before, self.after)
+
+    def objects(self) -> dict[str, dict[str, bytes]]:
+        return {"sequential": self.before.objects, "sequential after": self.after.objects,
+                "farm warm-up": self.warm.objects, "farm": self.farm.objects, "in-process busy": self.busy.objects}
+
+
+def cores_of(cfg: config_mod.FarmConfig) -> int:
+    return int(cfg.executor.get("num_cpus") or os.cpu_count() or 1)
+
+
+def header(cfg: config_mod.FarmConfig, rows: list[Row]) -> None:
+    print(f"bench: {len(rows)} rows ({', '.join(sorted({r.op for r in rows}))}) on "
+          f"{len(set(r.target for r in rows))} target(s), {cores_of(cfg)} cores", flush=True)
+    if auto_start_note(cfg):
+        print(f"  note: {auto_start_note(cfg)}", flush=True)
+
+
+def measure(cfg: config_mod.FarmConfig, rows: list[Row], overrides: list[str], work: Path, was_up: bool) -> Measured:
+    """The warm-up farm build, then the sequential way, the measured build, the sequential way again and the
+    in-process compiles with every core busy, each printed as it ends. Run inside `default_path`."""
+    cores = cores_of(cfg)
+    warm = farm_build(overrides, rows, work / "farm", cfg.root)
+    _print_way("farm warm-up", warm, len(rows), f"  on the {warm.cluster} cluster"
+               + (" (already up before the bench)" if was_up and warm.cluster == "standing" else "")
+               + "; not in the ratios")
+    before = way_sequential(cfg, rows, work / "sequential", cores)
+    _print_way("sequential", before, len(rows), "  right before the measured farm build")
+    farm = again(overrides, rows, work / "farm", cfg.root)
+    _print_way("farm", farm, len(rows), f"  on the {farm.cluster} cluster; measured")
+    after = way_sequential(cfg, rows, work / "sequential-after", cores)
+    _print_way("sequential", after, len(rows), "  right after it")
+    busy = way_in_process_busy(cfg, rows, work / "in-process-busy", cores)
+    _print_way("in-process busy", busy, len(rows), f"  {cores} in-process compiles at once; not in the ratios")
+    print(f"  sequential, the mean of both: {(before.wall + after.wall) / 2:.1f} s; the second took "
+          f"{after.wall / before.wall:.2f}x the first (the machine's drift while the farm built)", flush=True)
+    return Measured(warm, before, farm, after, busy)
+
+
+def details(cfg: config_mod.FarmConfig, rows: list[Row], run: Measured, ways: dict[str, dict[str, bytes]]) -> list[str]:
+    """The per-row compile seconds, the tax split, the phase table and the byte-identity lines."""
+    seq, farm = run.seq, run.farm
+    pure = sum(seq.seconds.values())
+    return [f"  in-process compile {pure:.1f} s summed, {pure / len(rows):.3f} s per row; the farm's isolated "
+            f"compiles {farm.isolated_compile_s:.1f} s summed over {farm.compiled_rows} rows, "
+            f"{farm.isolated_compile_s / max(farm.compiled_rows, 1):.3f} s per row",
+            tax_split(seq, run.busy, farm), *_phase_lines(seq, farm),
+            *_identity_lines(ways, _golden(cfg.root, rows), len(rows))]
 
 
 def main(argv: list[str]) -> int:
+    if "--guards" in argv:
+        import guards  # noqa: PLC0415  (its own bench module: throughput is what it reuses)
+
+        return guards.main([a for a in argv if a != "--guards"])
     private = "--private" in argv
     overrides = [a for a in argv if a != "--private"]
     cfg = config_mod.load(config_mod.find_project_root(), overrides)
     rows, _ = fresh_rows(cfg)
     if not rows:
         raise SystemExit("the selection has no rows")
-    cores = int(cfg.executor.get("num_cpus") or os.cpu_count() or 1)
-    print(f"bench: {len(rows)} rows ({', '.join(sorted({r.op for r in rows}))}) on "
-          f"{len(set(r.target for r in rows))} target(s), {cores} cores", flush=True)
-    if auto_start_note(cfg):
-        print(f"  note: {auto_start_note(cfg)}", flush=True)
+    header(cfg, rows)
     work = Path(tempfile.mkdtemp(prefix="farm-bench-"))
     try:
-        fresh = way_fresh(cfg, rows, work / "fresh", cores)
+        fresh = way_fresh(cfg, rows, work / "fresh", cores_of(cfg))
         _print_way("fresh", fresh, len(rows))
         with default_path(cfg.root) as was_up:
-            warm = farm_build(overrides, rows, work / "farm", cfg.root)
-            _print_way("farm warm-up", warm, len(rows), f"  on the {warm.cluster} cluster"
-                       + (" (already up before the bench)" if was_up and warm.cluster == "standing" else "")
-                       + "; not in the ratios")
-            before = way_sequential(cfg, rows, work / "sequential", cores)
-            _print_way("sequential", before, len(rows), "  right before the measured farm build")
-            farm = again(overrides, rows, work / "farm", cfg.root)
-            _print_way("farm", farm, len(rows), f"  on the {farm.cluster} cluster; measured")
-            after = way_sequential(cfg, rows, work / "sequential-after", cores)
-            _print_way("sequential", after, len(rows), "  right after it")
-            busy = way_in_process_busy(cfg, rows, work / "in-process-busy", cores)
-            _print_way("in-process busy", busy, len(rows), f"  {cores} in-process compiles at once; not in the ratios")
-        seq = bracketing(before, after)
-        print(f"  sequential, the mean of both: {seq.wall:.1f} s; the second took {after.wall / before.wall:.2f}x "
-              "the first (the machine's drift while the farm built)", flush=True)
-        ways = {"sequential": before.objects, "sequential after": after.objects, "fresh": fresh.objects,
-                "farm warm-up": warm.objects, "farm": farm.objects, "in-process busy": busy.objects}
+            run = measure(cfg, rows, overrides, work, was_up)
+        ways = {**run.objects(), "fresh": fresh.objects}
         if private:
             ref = farm_build(overrides, rows, work / "farm-private", cfg.root, ("executor.standing=false",))
             _print_way("farm-private", ref, len(rows), "  reference only (executor.standing=false)")
             ways["farm-private"] = ref.objects
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    pure = sum(seq.seconds.values())
-    print(f"  in-process compile {pure:.1f} s summed, {pure / len(rows):.3f} s per row; the farm's isolated compiles "
-          f"{farm.isolated_compile_s:.1f} s summed over {farm.compiled_rows} rows, "
-          f"{farm.isolated_compile_s / max(farm.compiled_rows, 1):.3f} s per row")
-    print(tax_split(seq, busy, farm))
-    for line in _phase_lines(seq, farm):
+    for line in details(cfg, rows, run, ways):
         print(line)
-    for line in _identity_lines(ways, _golden(cfg.root, rows), len(rows)):
-        print(line)
-    print(summary(seq, fresh, farm, cores))
+    print(summary(run.seq, fresh, run.farm, cores_of(cfg)))
     return 0
 
 

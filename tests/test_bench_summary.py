@@ -1,4 +1,4 @@
-"""bench/throughput.py: the last line's numbers and the byte-identity lines, from fabricated runs."""
+"""bench/throughput.py: the last line's numbers, the byte-identity lines and the guard line, from fabricated runs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
-import throughput  # noqa: E402  (bench/ is scripts, not a package)
+import guards  # noqa: E402  (bench/ is scripts, not a package)
+import throughput  # noqa: E402
 from farm_way import FarmRun  # noqa: E402
 from ways import WayRun, dealt  # noqa: E402
 
@@ -105,3 +106,47 @@ def test_every_row_is_dealt_once_to_a_part_of_its_own_target() -> None:
     assert all(len({r.target for r in part}) == 1 for _, part in parts)
     assert sorted(r.key for _, part in parts for r in part) == sorted(r.key for r in rows)
     assert dealt(rows[:1], cores=4) == [("0", rows[:1])]  # no empty parts
+
+
+GUARD_VALUES = {"attention": 1.62, "rmsnorm": 1.13, "isolation attention": 1.25, "isolation rmsnorm": 1.52,
+                "incremental": 2.1, "restore": 7.6}
+
+
+def test_the_guard_line_passes_when_every_guard_holds_its_limit() -> None:
+    held, line = guards.verdict(GUARD_VALUES)
+    assert held and line == ("guards: PASS attention 1.62x>=1.45 rmsnorm 1.13x>=1.0 isolation attention 1.25<=1.35 "
+                             "isolation rmsnorm 1.52<=1.6 incremental 2.1s<=3 restore 7.6s<=15")
+    assert guards.verdict(GUARD_VALUES | {"attention": 1.45, "incremental": 3.0})[0]  # a value at its limit holds
+
+
+def test_the_guard_line_fails_naming_each_guard_past_its_limit() -> None:
+    held, line = guards.verdict(GUARD_VALUES | {"rmsnorm": 0.97, "isolation attention": 1.4, "restore": 15.2})
+    assert not held and line.startswith("guards: FAIL (rmsnorm, isolation attention, restore) attention 1.62x>=1.45 ")
+    assert "rmsnorm 0.97x<1.0" in line and "isolation attention 1.40>1.35" in line and line.endswith("restore 15.2s>15")
+
+
+def test_the_isolation_factor_is_the_farm_s_isolated_seconds_over_in_process_with_every_core_busy() -> None:
+    busy = WayRun(wall=6.0, peak_gib=0.5, objects={}, seconds={"a": 0.2, "b": 0.3})
+    assert throughput.isolation(busy, _farm(wall=8.0, compile_seconds=[0.3, 0.3, 0.3, 0.3])) == pytest.approx(1.2)
+
+
+def test_each_incremental_round_deletes_other_rows_and_rebuilds_exactly_them(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = [Row(op="op", target="gfx942", name=f"r{i:02}", group="g", knobs={}, allow={}) for i in range(90)]
+    where = tmp_path / "outputs" / "op" / "gfx942"
+    where.mkdir(parents=True)
+    for row in rows:
+        (where / row.file_name).write_bytes(b"object")
+    rebuilt: list[list[str]] = []
+
+    def build(overrides: list[str], gone: list[Row], work: Path, root: Path) -> FarmRun:
+        assert not any((where / r.file_name).exists() for r in gone)  # deleted before the build
+        rebuilt.append([r.name for r in gone])
+        for row in gone:
+            (where / row.file_name).write_bytes(b"object")
+        return _farm(2.0, [0.1] * len(gone))
+
+    monkeypatch.setattr(guards, "farm_build", build)
+    assert guards.incremental(["ops=[op]"], rows, tmp_path, tmp_path) == [2.0] * guards.ROUNDS
+    assert [len(names) for names in rebuilt] == [guards.DELETED] * guards.ROUNDS
+    assert len({name for names in rebuilt for name in names}) == guards.ROUNDS * guards.DELETED  # no row twice
