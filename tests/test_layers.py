@@ -1,7 +1,8 @@
 """The layer rules in pyproject.toml ([tool.importlinter]) hold for the package, and each one catches what it is for.
 
-Each case runs `lint-imports` on a copy of farm/ with one forbidden import (or an undeclared package) added:
-a contract that never fails would let a layout drift unnoticed, so every contract is shown breaking here.
+Each case runs `lint-imports` on a copy of farm/ and amdgpu_models/ with one forbidden import (or an undeclared
+package) added: a contract that never fails would let a layout drift unnoticed, so every contract is shown breaking
+here.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ WORKER = "farm.worker loads no driver code"
 CYCLES = "farm: no import cycles between siblings"
 CHECKS = "farm.verify.rules, farm.elf import no verifier boundary package"
 VERIFY = "farm.verify: acceptance above its rules"
+MODELS_APART = "amdgpu_models imports nothing from farm"
+MODELS_USERS = "only farm.emulate imports amdgpu_models"
 
 
 def lint(root: Path) -> subprocess.CompletedProcess[str]:
@@ -41,7 +44,8 @@ def verdict(out: str, contract: str) -> str:
 
 @pytest.fixture()
 def farm_copy(tmp_path: Path) -> Path:
-    shutil.copytree(REPO / "farm", tmp_path / "farm", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("farm", "amdgpu_models"):
+        shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
     return tmp_path
 
@@ -53,7 +57,7 @@ def add_line(path: Path, line: str) -> None:
 def test_the_package_keeps_every_contract(farm_copy: Path) -> None:
     proc = lint(farm_copy)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for contract in (LAYERS, VERIFY, WORKER, CYCLES, CHECKS):
+    for contract in (LAYERS, VERIFY, WORKER, CYCLES, CHECKS, MODELS_APART, MODELS_USERS):
         assert verdict(proc.stdout, contract) == "KEPT"
 
 
@@ -123,3 +127,17 @@ def test_a_new_package_needs_a_layer(farm_copy: Path) -> None:
     proc = lint(farm_copy)
     assert verdict(proc.stdout, LAYERS) == "BROKEN"
     assert "- farm.newstage" in proc.stdout
+
+
+def test_the_isa_models_know_nothing_of_the_farm(farm_copy: Path) -> None:
+    add_line(farm_copy / "amdgpu_models/disasm.py", "from farm.core import errors  # noqa")
+    proc = lint(farm_copy)
+    assert verdict(proc.stdout, MODELS_APART) == "BROKEN"
+    assert "amdgpu_models is not allowed to import farm" in proc.stdout
+
+
+def test_only_emulate_runs_the_isa_models(farm_copy: Path) -> None:
+    add_line(farm_copy / "farm/execute/local.py", "import amdgpu_models  # noqa")
+    proc = lint(farm_copy)
+    assert verdict(proc.stdout, MODELS_USERS) == "BROKEN"
+    assert "farm.execute is not allowed to import amdgpu_models" in proc.stdout
