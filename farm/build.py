@@ -627,7 +627,7 @@ def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryW
     if standing is None:
         writer.ready()  # a private cluster takes seconds to start: a toolchain that is not the pinned one fails first
     sources = collect(cfg.kernels_dir)
-    with executor_for(cfg.executor, cfg.compile_timeout_s, standing) as pool:
+    with executor_for(cfg.executor, cfg.compile_timeout_s, standing, len(todo)) as pool:
         pool.share_sources(sources)
         order = list(reversed(todo)) if cfg.extra.get("row_order") == "reversed" else todo
         # The driver's cost per row counts from here: starting the cluster is the build's, not a row's.

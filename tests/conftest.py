@@ -94,27 +94,33 @@ def shrink_rmsnorm(project: Path) -> None:
 SHARED_RAY: list[str] = []
 
 
-def on_shared_cluster(project: Path, args: tuple[str, ...], env: dict[str, str] | None) -> tuple[str, ...]:
-    """A `farm build` that says nothing of its executor and runs in the session's environment builds on the
-    session's shared Ray cluster (executor=cluster): what it tests is not how a build starts its own cluster,
-    and starting one costs ~5 s of Ray start and stop per build. Tests of the private and standing clusters
-    name an executor setting or their own environment, and keep theirs; so does a project where a standing
-    cluster was ever started (its builds are to use it)."""
-    if (SHARED_RAY and args and args[0] == "build" and env is None
+def on_shared_cluster(project: Path, args: tuple[str, ...], env: dict[str, str] | None,
+                      driver_env: bool = False) -> tuple[str, ...]:
+    """A `farm build` or `farm audit` that says nothing of its executor and runs in the session's environment
+    compiles on the session's shared Ray cluster (executor=cluster): what it tests is not how a build starts
+    its own cluster, and starting one costs ~5 s of Ray start and stop per build. Tests of the private and
+    standing clusters name an executor setting or their own environment, and keep theirs (so does the audit
+    test whose varied conditions must reach private workers: it passes an environment); so does a project
+    where a standing cluster was ever started (its builds are to use it). `driver_env`: the test's
+    environment is for the command's own process only (say, its private files), not for the compilers."""
+    if (SHARED_RAY and args and args[0] in ("build", "audit") and (env is None or driver_env)
             and not (project / ".farm" / "cluster").exists()
             and not any(a.startswith(("executor", "--help", "-h")) for a in args)):
-        return (*args, "executor=cluster", f"executor.address={SHARED_RAY[0]}")
+        token = Path.home() / ".ray" / "auth_token"  # where `ray start` keeps the cluster's token
+        # The audit's rebuild runs with another HOME: it is told where the token is.
+        told = (f"executor.auth_token_path={token}",) if args[0] == "audit" and token.is_file() else ()
+        return (*args, "executor=cluster", f"executor.address={SHARED_RAY[0]}", *told)
     return args
 
 
-def run_farm(project: Path, *args: str, env: dict[str, str] | None = None,
+def run_farm(project: Path, *args: str, env: dict[str, str] | None = None, driver_env: bool = False,
              cwd: Path | None = None, check: bool = False) -> subprocess.CompletedProcess:
     full_env = dict(os.environ)
     full_env.pop("FARM_PROJECT", None)
     full_env.update(env or {})
     if cwd is not None and cwd != project:
         full_env["FARM_PROJECT"] = str(project)
-    args = on_shared_cluster(project, args, env)
+    args = on_shared_cluster(project, args, env, driver_env)
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "farm.cli", *args], cwd=cwd or project, env=full_env,
                           capture_output=True, text=True, timeout=1800)
@@ -185,7 +191,7 @@ def small_one_target_copy(dest: Path, target: str) -> Path:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def shared_ray() -> Iterator[str]:
+def shared_ray(request: pytest.FixtureRequest) -> Iterator[str]:
     """One Ray cluster on loopback for the whole session (see on_shared_cluster), ended with the session.
     `ray stop` would end every Ray process of this user, so the cluster is this `ray start`'s process tree."""
     temp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths sit below it
@@ -211,7 +217,10 @@ def shared_ray() -> Iterator[str]:
             with contextlib.suppress(psutil.Error):
                 proc.kill()  # SIGTERM leaves most of Ray's processes up for more than 15 s
         psutil.wait_procs(tree, timeout=30)
-        shutil.rmtree(temp, ignore_errors=True)
+        if request.session.testsfailed:  # its logs say whether the cluster itself broke
+            sys.stderr.write(f"\nthe session's Ray cluster logs are kept in {temp}/session_latest/logs\n")
+        else:
+            shutil.rmtree(temp, ignore_errors=True)
 
 
 def _wait_for_port(port: int, head: psutil.Process, timeout_s: float) -> None:

@@ -507,7 +507,7 @@ def test_a_huge_override_value_is_quoted_once_and_shortened(small_project: Path,
     """The smaller item: a 100 KB value used to be echoed (twice) in full. Its first 60 characters, once."""
     message = refused(run_farm(small_project, "plan", override))
     assert len(message) < 1000, message[:2000]
-    quoted = re.findall("x{20,}", message)
+    quoted = re.findall("x{5,}", message)  # outputs_dir is quoted resolved: the project's path comes first
     assert len(quoted) == 1 and len(quoted[0]) <= 60, message
     assert "chars)" in message
 

@@ -219,7 +219,13 @@ def test_interrupted_write_leftovers_are_cleaned(clone: Path) -> None:
 
 def test_warm_forked_compiles_match_fresh_processes(built: Path, tmp_path: Path) -> None:
     """The warm path (a fork of a server that imported torch and flydsl once) gives the same bytes
-    as a fresh interpreter per row, on every target."""
+    as a fresh interpreter per row, on every target: one row each (a fresh interpreter imports torch and
+    FlyDSL for every row, seconds of CPU each, so not the whole small table; tests/test_instructions.py
+    compares one row of every attention family the same way)."""
     out = tmp_path / "fresh"
-    run_farm(built, "build", f"outputs_dir={out}", "executor.warm=false", check=True)
-    assert tree_bytes(out) == tree_bytes(built / "outputs")
+    names = ["rmsnorm_bf16_train_n2560"]
+    run_farm(built, "build", f"outputs_dir={out}", f"names=[{','.join(names)}]", "executor.warm=false",
+             check=True)
+    fresh = {k: v for k, v in tree_bytes(out).items() if k.endswith(".hsaco")}
+    warm = {k: v for k, v in tree_bytes(built / "outputs").items() if k.split("/")[-1][:-6] in names}
+    assert len(fresh) == len(TARGETS) and fresh == warm

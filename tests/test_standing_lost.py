@@ -80,7 +80,8 @@ def _compiler_tree(daemon: psutil.Process) -> list[psutil.Process]:
     tree: list[psutil.Process] = []
     for worker in daemon.children(recursive=True):
         with contextlib.suppress(psutil.Error):  # a compile that just ended
-            if worker.cmdline()[0].startswith("ray::Compiler"):
+            command = worker.cmdline()  # empty for a process that is ending
+            if command and command[0].startswith("ray::Compiler"):
                 tree += [worker, *worker.children(recursive=True)]
     return tree
 

@@ -7,16 +7,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import last_line, run_farm, shrink_op
+from conftest import built_copy, last_line, run_farm, shrink_op
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture()
 def project(built: Path, tmp_path: Path) -> Path:
-    dest = tmp_path / "p"
-    shutil.copytree(built, dest, ignore=shutil.ignore_patterns(".farm"))
-    return dest
+    return built_copy(built, tmp_path / "p")
 
 
 def snapshot(project: Path) -> dict[str, bytes]:

@@ -71,9 +71,10 @@ def done(root: Path) -> None:
     standing_use.release(root)
 
 
-def executor_for(executor_cfg: Mapping[str, Any], timeout_s: float, standing: StandingState | None) -> Any:
-    """The build's executor: the standing cluster's relay when it has one that answers, else a RayExecutor
-    (imported only then: Ray is the costly import)."""
+def executor_for(executor_cfg: Mapping[str, Any], timeout_s: float, standing: StandingState | None,
+                 rows: int) -> Any:
+    """The build's executor for `rows` rows: the standing cluster's relay when it has one that answers, else a
+    RayExecutor (imported only then: Ray is the costly import)."""
     if standing is not None:
         conn = connect(standing)
         if conn is not None:
@@ -82,7 +83,7 @@ def executor_for(executor_cfg: Mapping[str, Any], timeout_s: float, standing: St
             return Relayed(relay, executor_cfg, timeout_s)
     from farm.execute.executor import RayExecutor
 
-    return RayExecutor(executor_cfg, timeout_s, standing)
+    return RayExecutor(executor_cfg, timeout_s, standing, rows)
 
 
 class Relayed:
@@ -131,7 +132,7 @@ class Relayed:
     def _on_private_cluster(self, left: list[CompileRequest], gather_s: float) -> Iterator[list[CompileResult]]:
         from farm.execute.executor import RayExecutor
 
-        self._private = self._exit.enter_context(RayExecutor(self._cfg, self._timeout_s))
+        self._private = self._exit.enter_context(RayExecutor(self._cfg, self._timeout_s, rows=len(left)))
         self._private.share_sources(self._relay.sources)
         for request in left:
             self._private.submit(request)

@@ -40,10 +40,11 @@ class RayExecutor:
     """
 
     def __init__(self, executor_cfg: Mapping[str, Any], timeout_s: float,
-                 standing: Mapping[str, Any] | None = None) -> None:
+                 standing: Mapping[str, Any] | None = None, rows: int | None = None) -> None:
         self.cfg = executor_cfg
         self.timeout_s = timeout_s
         self.standing = standing
+        self.rows = rows  # rows to compile, when known: no more compile actors are started than that
         self.warm = bool(executor_cfg.get("warm", True))
         self._sources_ref: Any = None
         self._dispatch: Dispatch | None = None
@@ -66,7 +67,10 @@ class RayExecutor:
             raise FarmError(f"could not start or reach Ray ({kind}): {exc}",
                             "check executor.address, or use the default executor=local") from None
         self._dispatch = Dispatch(self._send, int(self.cfg.get("max_retries", 2)), self._new_actor)
-        self._dispatch.start([self._new_actor() for _ in range(count)], ACTOR_START_S)
+        # Each actor starts a warm compile server (torch and FlyDSL imported, seconds of CPU): a build of a
+        # few rows on a large cluster starts only as many as it has rows.
+        actors = min(count, self.rows) if self.rows else count
+        self._dispatch.start([self._new_actor() for _ in range(actors)], ACTOR_START_S)
         return self
 
     def _start_private(self, kind: str, cpus: int | None) -> int:
