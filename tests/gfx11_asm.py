@@ -12,10 +12,10 @@ import numpy as np
 from conftest import REPO
 from elftools.elf.elffile import ELFFile
 
-from farm.emulate.decode import Instruction, decode_all
-from farm.emulate.memory import Lds, Memory
-from farm.emulate.step import run_program
-from farm.emulate.wave import Wave
+from amdgpu_models.core.memory import Lds, Memory
+from amdgpu_models.core.step import run_program
+from amdgpu_models.core.wave import Wave
+from amdgpu_models.isa.gfx11.decode import Instruction, decode_all
 from farm.table.config import load as load_config
 from farm.toolchain.disasm import binary
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import built_copy, run_farm
 
-from farm.emulate.decode import decode_all
+from amdgpu_models.isa.gfx11.decode import decode_all
 from farm.emulate.launch import load
 
 pytestmark = pytest.mark.slow

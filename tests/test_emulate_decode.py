@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from farm.emulate.decode import Undecodable, decode, decode_all
+from amdgpu_models.isa.gfx11.decode import Undecodable, decode, decode_all
 from farm.emulate.launch import load
 from farm.table.config import load as load_config
 from farm.toolchain.disasm import binary

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gfx11_asm import instructions
 
-from farm.emulate.fields import NULL, VGPR_BASE, Fields, fields
+from amdgpu_models.isa.gfx11.fields import NULL, VGPR_BASE, Fields, fields
 
 V = VGPR_BASE
 VCC_LO, S_LITERAL = 106, 255

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from gfx11_asm import assemble, instructions
 
+from amdgpu_models.core.memory import BoundsError, Lds, Memory
+from amdgpu_models.core.step import run_program
+from amdgpu_models.core.wave import Unsupported, Wave
+from amdgpu_models.core.workgroup import Launch, Runner
 from farm.emulate.launch import Descriptor, Kernel, Program
-from farm.emulate.memory import BoundsError, Lds, Memory
-from farm.emulate.step import run_program
-from farm.emulate.wave import Unsupported, Wave
-from farm.emulate.workgroup import Launch, Runner
 
 RAW_BUFFER_WORD3 = 0x31027000  # what the kernels put in a descriptor's last word: OOB_SELECT 3, raw
 

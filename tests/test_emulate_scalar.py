@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from gfx11_asm import run
 
-from farm.emulate import decode as d
-from farm.emulate.decode import Undecodable
+from amdgpu_models.isa.gfx11 import decode as d
+from amdgpu_models.isa.gfx11.decode import Undecodable
 
 M32 = 0xFFFFFFFF
 

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TextIO
 
+from amdgpu_models.core.memory import BoundsError
+from amdgpu_models.core.wave import Unsupported
+from amdgpu_models.isa.gfx11.decode import Undecodable
 from farm.core.atomic import write_text_atomic
 from farm.core.canonical import canonical_json
-from farm.emulate.decode import Undecodable
 from farm.emulate.launch import NotLaunchable, load
-from farm.emulate.memory import BoundsError
 from farm.emulate.rmsnorm_check import Outcome, check
-from farm.emulate.wave import Unsupported
 from farm.store.outtree import OutputDir
 from farm.table.config import FarmConfig
 from farm.table.rows import Row

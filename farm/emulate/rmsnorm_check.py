@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from amdgpu_models.core.memory import Memory
+from amdgpu_models.core.workgroup import Launch, Runner
 from farm.emulate.launch import Kernel, NotLaunchable, Program
-from farm.emulate.memory import Memory
 from farm.emulate.numerics import BYTES, TOLERANCE, Form, decode, encode, errors
-from farm.emulate.workgroup import Launch, Runner
 
 SEED = 20261202
 REDUCE_COLUMNS = 32  # columns per reduce workgroup (its SOURCE.md: grid ceil(N / 32))

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from farm.emulate.decode import Instruction
-from farm.emulate.fields import NULL, Fields
-from farm.emulate.memory import Lds, Memory
-from farm.emulate.wave import Unsupported, Wave
+from amdgpu_models.core.memory import Lds, Memory
+from amdgpu_models.core.wave import Unsupported, Wave
+from amdgpu_models.isa.gfx11.decode import Instruction
+from amdgpu_models.isa.gfx11.fields import NULL, Fields
 
 SMEM_DWORDS = {"s_load_b32": 1, "s_load_b64": 2, "s_load_b128": 4, "s_load_b256": 8}
 BUFFER = {"buffer_load_u16": ("load", 2, 1), "buffer_load_b32": ("load", 4, 1),

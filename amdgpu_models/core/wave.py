@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from farm.emulate.fields import NULL, VGPR_BASE
-from farm.emulate.floats import U32
+from amdgpu_models.core.floats import U32
 
 LANES = 32
+VGPR_BASE = 256  # a 9-bit source operand at or above this names VGPR (code - 256)
+NULL = 124  # the scalar operand that reads 0 and drops writes
 VCC_LO = 106
 EXEC_LO = 126
 SCC = 253

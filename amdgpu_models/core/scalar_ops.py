@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from farm.emulate.decode import Instruction
-from farm.emulate.fields import Fields
-from farm.emulate.wave import EXEC_LO, VCC_LO, Unsupported, Wave
+from amdgpu_models.core.wave import EXEC_LO, VCC_LO, Unsupported, Wave
+from amdgpu_models.isa.gfx11.decode import Instruction
+from amdgpu_models.isa.gfx11.fields import Fields
 
 MASK32 = 0xFFFFFFFF
 

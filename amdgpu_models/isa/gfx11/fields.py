@@ -2,7 +2,7 @@
 its modifiers, in one typed shape for every encoding.
 
 Source operands keep the hardware's operand codes (9 bits for vector sources: 0-255 scalar registers and
-constants, 256-511 VGPRs; `farm/emulate/wave.py` reads them). Bit positions are the RDNA3 ISA guide's
+constants, 256-511 VGPRs; `amdgpu_models/core/wave.py` reads them). Bit positions are the RDNA3 ISA guide's
 microcode formats; tests/test_emulate_fields.py checks them on instructions LLVM's assembler encodes.
 """
 
@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from farm.emulate.decode import Instruction
+from amdgpu_models.core.wave import NULL, VGPR_BASE
+from amdgpu_models.isa.gfx11.decode import Instruction
 
-VGPR_BASE = 256  # a 9-bit source operand at or above this names VGPR (code - 256)
-NULL = 124  # the scalar operand that reads 0 and drops writes
 VOP3SD = {764}  # v_div_scale_f32: VOP3 with a scalar result where the others keep abs and op_sel
 VOPC_END = 256  # VOP3 opcodes below this are compares: their vdst field names the scalar mask they write
 

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from farm.emulate.decode import decode_all
-from farm.emulate.fields import fields
-from farm.emulate.launch import Kernel, Program
-from farm.emulate.memory import Lds, Memory
-from farm.emulate.step import step
-from farm.emulate.wave import EXEC_LO, LANES, Unsupported, Wave
+from amdgpu_models.core.kernel import Kernel, Program
+from amdgpu_models.core.memory import Lds, Memory
+from amdgpu_models.core.step import step
+from amdgpu_models.core.wave import EXEC_LO, LANES, Unsupported, Wave
+from amdgpu_models.isa.gfx11.decode import decode_all
+from amdgpu_models.isa.gfx11.fields import fields
 
 VGPR_GRANULE_WAVE32 = 8  # COMPUTE_PGM_RSRC1.GRANULATED_WORKITEM_VGPR_COUNT counts blocks of 8 in wave32
 MAX_STEPS = 5_000_000  # per workgroup: a kernel that never ends is an error, not a hang

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from farm.emulate.decode import Instruction
-from farm.emulate.fields import VGPR_BASE, Fields
-from farm.emulate.floats import U32, as_f32, bits_of, f16_to_f32, f32_to_f16, fma_odd, modify_f32
-from farm.emulate.wave import ALL_LANES, EXEC_LO, LANES, VCC_LO, Unsupported, Wave, dpp_lanes
+from amdgpu_models.core.floats import U32, as_f32, bits_of, f16_to_f32, f32_to_f16, fma_odd, modify_f32
+from amdgpu_models.core.wave import ALL_LANES, EXEC_LO, LANES, VCC_LO, Unsupported, Wave, dpp_lanes
+from amdgpu_models.isa.gfx11.decode import Instruction
+from amdgpu_models.isa.gfx11.fields import VGPR_BASE, Fields
 
 HALF_HIGH = 0x80  # a 16-bit VGPR operand of a 32-bit-encoded instruction: bit 7 of the register number is .h
 

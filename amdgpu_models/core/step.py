@@ -3,13 +3,13 @@ the pc moves past it unless a taken branch set it."""
 
 from __future__ import annotations
 
-from farm.emulate.decode import Instruction
-from farm.emulate.fields import Fields, fields
-from farm.emulate.memory import Lds, Memory
-from farm.emulate.memory_ops import run_memory
-from farm.emulate.scalar_ops import run_scalar
-from farm.emulate.vector_ops import run_vector
-from farm.emulate.wave import Unsupported, Wave
+from amdgpu_models.core.memory import Lds, Memory
+from amdgpu_models.core.memory_ops import run_memory
+from amdgpu_models.core.scalar_ops import run_scalar
+from amdgpu_models.core.vector_ops import run_vector
+from amdgpu_models.core.wave import Unsupported, Wave
+from amdgpu_models.isa.gfx11.decode import Instruction
+from amdgpu_models.isa.gfx11.fields import Fields, fields
 
 SCALAR_ENCODINGS = {"SOP1", "SOP2", "SOPC", "SOPK", "SOPP"}
 VECTOR_ENCODINGS = {"VOP1", "VOP2", "VOPC", "VOP3", "VOP3P", "VOPD"}

@@ -1,0 +1,1 @@
+"""Per-ISA data: how each target's instructions are decoded and which semantics they map to."""

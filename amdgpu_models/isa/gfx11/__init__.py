@@ -1,0 +1,1 @@
+"""RDNA3 (gfx11, wave32): its instruction encodings and operand fields."""
