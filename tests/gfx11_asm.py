@@ -12,10 +12,11 @@ import numpy as np
 from conftest import REPO
 from elftools.elf.elffile import ELFFile
 
+from amdgpu_models.core.instruction import Instruction
 from amdgpu_models.core.memory import Lds, Memory
 from amdgpu_models.core.step import run_program
 from amdgpu_models.core.wave import Wave
-from amdgpu_models.isa.gfx11.decode import Instruction, decode_all
+from amdgpu_models.isa import gfx11
 from farm.table.config import load as load_config
 from farm.toolchain.disasm import binary
 
@@ -36,7 +37,13 @@ def assemble(source: str) -> bytes:
 
 
 def instructions(source: str) -> list[Instruction]:
-    return decode_all(assemble(source), 0, end_at_code_end=False)
+    """The model's instructions, as amdgpu_models decodes them through llvm-mc -mcpu=gfx1100."""
+    return gfx11.decode(assemble(source), 0, assembler(), "gfx1100")
+
+
+def decoder(code: bytes, address: int) -> list[Instruction]:
+    """The decoder a Runner takes, for gfx1100 code."""
+    return gfx11.decode(code, address, assembler(), "gfx1100")
 
 
 def run(source: str, sgpr: dict[int, int] | None = None, vgpr: dict[int, list[int] | int] | None = None,

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 from conftest import built_copy, run_farm
+from gfx11_asm import assembler
 
-from amdgpu_models.isa.gfx11.decode import decode_all
+from amdgpu_models.isa import gfx11
 from farm.emulate.launch import load
 
 pytestmark = pytest.mark.slow
@@ -79,7 +80,7 @@ def _patch_first(path: Path, name: str, word: int | None = None, opcode: int | N
     opcode field to `opcode`. Returns the instruction's address."""
     data = bytearray(path.read_bytes())
     program = load(bytes(data))
-    target = next(i for i in decode_all(program.text, program.text_address) if i.name == name)
+    target = next(i for i in gfx11.decode(program.text, program.text_address, assembler()) if i.name == name)
     text_offset = bytes(data).index(program.text)  # where .text's bytes sit in the file
     at = text_offset + target.address - program.text_address
     first = struct.unpack_from("<I", data, at)[0]

@@ -1,18 +1,34 @@
-"""farm/emulate/fields.py: each encoding's operand fields, read from instructions LLVM's assembler encoded."""
+"""amdgpu_models/isa/gfx11.py: each form's operands, from the MCInst LLVM's disassembler decodes for instructions
+LLVM's assembler encoded (the fields the shared semantics read)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gfx11_asm import instructions
 
-from amdgpu_models.isa.gfx11.fields import NULL, VGPR_BASE, Fields, fields
+from amdgpu_models.core.instruction import Fields
+from amdgpu_models.core.wave import NULL, VGPR_BASE
 
 V = VGPR_BASE
 VCC_LO, S_LITERAL = 106, 255
 
 
 def one(line: str) -> Fields:
+    """The fields, literal values aside (test_literals checks those)."""
     (inst,) = instructions(line)
-    return fields(inst)
+    return replace(inst.fields, lits=(), lits_y=())
+
+
+def test_literals() -> None:
+    (inst,) = instructions("v_mov_b32 v7, 0x3f800001")
+    assert (inst.fields.src, inst.fields.lits) == ((S_LITERAL,), (0x3F800001,))
+    (inst,) = instructions("v_fma_f32 v1, 1.0, v2, 0x40490fdb")  # a float inline constant: LLVM gives its bits
+    assert (inst.fields.src, inst.fields.lits) == ((S_LITERAL, V + 2, S_LITERAL), (0x3F800000, None, 0x40490FDB))
+    (inst,) = instructions("v_dual_mov_b32 v3, 0x1234 :: v_dual_add_f32 v8, 0x1234, v4")
+    assert (inst.fields.lits, inst.fields.lits_y) == ((0x1234,), (0x1234, None))
+    (inst,) = instructions("s_add_u32 s5, s6, -3")
+    assert (inst.fields.src, inst.fields.lits) == ((6, 192 + 3), (None, None))
 
 
 def test_scalar_formats() -> None:

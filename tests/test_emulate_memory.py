@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 import pytest
-from gfx11_asm import assemble, instructions
+from gfx11_asm import assemble, decoder, instructions
 
 from amdgpu_models.core.memory import BoundsError, Lds, Memory
 from amdgpu_models.core.step import run_program
@@ -148,7 +148,7 @@ def test_waves_of_a_workgroup_meet_at_the_barrier() -> None:
     memory = Memory()
     out = memory.allocate("out", bytes(4 * 64))
     kernarg = memory.allocate("kernarg", struct.pack("<Q", out))
-    Runner(program, kernel).run(Launch(kernel, (1, 1, 1), (64, 1, 1), kernarg), memory)
+    Runner(program, kernel, decoder).run(Launch(kernel, (1, 1, 1), (64, 1, 1), kernarg), memory)
     assert memory.contents(out).view(np.uint32).tolist() == list(range(32, 64)) + [0] * 32
 
 
@@ -160,7 +160,7 @@ def test_workgroup_ids_and_a_partial_last_wave() -> None:
     memory = Memory()
     out = memory.allocate("out", bytes(4 * 48 * 3))
     kernarg = memory.allocate("kernarg", struct.pack("<Q", out))
-    Runner(program, kernel).run(Launch(kernel, (3, 1, 1), (40, 1, 1), kernarg), memory)
+    Runner(program, kernel, decoder).run(Launch(kernel, (3, 1, 1), (40, 1, 1), kernarg), memory)
     got = memory.contents(out).view(np.uint32).reshape(3, 48)
     assert got[:, :40].tolist() == [[g] * 40 for g in range(3)] and not got[:, 40:].any()
 
@@ -168,7 +168,7 @@ def test_workgroup_ids_and_a_partial_last_wave() -> None:
 def test_sizes_past_the_hardware_are_refused_before_anything_is_allocated() -> None:
     program, kernel = _kernel("s_endpgm", 1 << 30, 64)  # a descriptor asking for 1 GiB of LDS
     with pytest.raises(Unsupported, match="bytes of LDS"):
-        Runner(program, kernel)
+        Runner(program, kernel, decoder)
     program, kernel = _kernel("s_endpgm", 0, 64)
     with pytest.raises(Unsupported, match="a workgroup of 4096 work-items"):
-        Runner(program, kernel).run(Launch(kernel, (1, 1, 1), (4096, 1, 1), 0), Memory())
+        Runner(program, kernel, decoder).run(Launch(kernel, (1, 1, 1), (4096, 1, 1), 0), Memory())

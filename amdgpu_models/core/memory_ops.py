@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from amdgpu_models.core.instruction import Fields, Instruction
 from amdgpu_models.core.memory import Lds, Memory
-from amdgpu_models.core.wave import Unsupported, Wave
-from amdgpu_models.isa.gfx11.decode import Instruction
-from amdgpu_models.isa.gfx11.fields import NULL, Fields
+from amdgpu_models.core.wave import NULL, Unsupported, Wave
 
 SMEM_DWORDS = {"s_load_b32": 1, "s_load_b64": 2, "s_load_b128": 4, "s_load_b256": 8}
 BUFFER = {"buffer_load_u16": ("load", 2, 1), "buffer_load_b32": ("load", 4, 1),
           "buffer_load_b128": ("load", 4, 4), "buffer_store_b16": ("store", 2, 1),
           "buffer_store_b32": ("store", 4, 1), "buffer_store_b128": ("store", 4, 4)}
 RAW_OOB_SELECT = 3
+DS = ("ds_store_b32", "ds_load_2addr_b32", "ds_load_b32", "ds_load_b64", "ds_load_b128")
+MNEMONICS = frozenset({*SMEM_DWORDS, *BUFFER, *DS, "buffer_gl0_inv", "global_store_b32"})
 
 
 def run_memory(wave: Wave, inst: Instruction, f: Fields, memory: Memory, lds: Lds) -> None:
@@ -62,7 +63,7 @@ def _buffer(wave: Wave, inst: Instruction, f: Fields, memory: Memory, kind: str,
     if f.idxen or stride or add_tid or oob_select != RAW_OOB_SELECT:
         raise Unsupported(f"{_where(inst)}: a buffer that is not raw (stride {stride}, idxen {f.idxen}, "
                           f"add_tid {add_tid}, OOB_SELECT {oob_select})")
-    soffset = wave.scalar(f.soffset, inst.literal)
+    soffset = wave.scalar(f.soffset, None)
     if soffset:  # whether a scalar offset counts against NUM_RECORDS is not pinned down here: stop
         raise Unsupported(f"{_where(inst)}: a non-zero scalar offset ({soffset:#x}) in a buffer access")
     offset = np.full(32, f.imm, dtype=np.int64)

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from amdgpu_models.core.instruction import Fields, Instruction
 from amdgpu_models.core.wave import EXEC_LO, VCC_LO, Unsupported, Wave
-from amdgpu_models.isa.gfx11.decode import Instruction
-from amdgpu_models.isa.gfx11.fields import Fields
 
 MASK32 = 0xFFFFFFFF
 
@@ -23,7 +22,7 @@ def _sext16(value: int) -> int:
 
 
 def _sources(wave: Wave, inst: Instruction, f: Fields) -> tuple[int, ...]:
-    return tuple(wave.scalar(code, inst.literal) for code in f.src)
+    return tuple(wave.scalar(code, f.lit(i)) for i, code in enumerate(f.src))
 
 
 def _result(wave: Wave, f: Fields, value: int, scc: bool | None = None) -> None:
@@ -61,7 +60,7 @@ def _logic(op: Callable[[int, int], int]) -> Callable[[Wave, tuple[int, ...], Fi
 
 
 def _lshl_b64(w: Wave, s: tuple[int, ...], f: Fields, inst: Instruction) -> None:
-    value = w.scalar64(f.src[0], inst.literal) << (s[1] & 63) & 0xFFFFFFFFFFFFFFFF
+    value = w.scalar64(f.src[0], f.lit(0)) << (s[1] & 63) & 0xFFFFFFFFFFFFFFFF
     w.write_scalar64(f.dst, value)
     w.scc = value != 0
 
@@ -106,6 +105,12 @@ SOPC: dict[str, Callable[[int, int], bool]] = {
 NO_EFFECT = {"s_nop", "s_set_inst_prefetch_distance", "s_clause", "s_delay_alu", "s_waitcnt_depctr", "s_waitcnt",
              "s_waitcnt_vscnt"}
 SENDMSG_DEALLOC_VGPRS = 3  # the one message the kernels send: release VGPRs before s_endpgm (a no-op here)
+
+
+BRANCHES = ("s_branch", "s_cbranch_scc0", "s_cbranch_scc1", "s_cbranch_vccz", "s_cbranch_vccnz", "s_cbranch_execz")
+# What this module runs (s_barrier is the workgroup's; s_code_end is padding and stops a wave that reaches it).
+MNEMONICS = frozenset({*SOP, *SOPC, *NO_EFFECT, *BRANCHES, "s_lshl_b64", "s_movk_i32", "s_cmpk_lt_i32", "s_endpgm",
+                       "s_sendmsg", "s_barrier", "s_code_end"})
 
 
 def run_scalar(wave: Wave, inst: Instruction, f: Fields) -> bool:

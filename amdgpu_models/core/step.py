@@ -3,25 +3,21 @@ the pc moves past it unless a taken branch set it."""
 
 from __future__ import annotations
 
+from amdgpu_models.core.instruction import Fields, Instruction
 from amdgpu_models.core.memory import Lds, Memory
 from amdgpu_models.core.memory_ops import run_memory
 from amdgpu_models.core.scalar_ops import run_scalar
 from amdgpu_models.core.vector_ops import run_vector
 from amdgpu_models.core.wave import Unsupported, Wave
-from amdgpu_models.isa.gfx11.decode import Instruction
-from amdgpu_models.isa.gfx11.fields import Fields, fields
-
-SCALAR_ENCODINGS = {"SOP1", "SOP2", "SOPC", "SOPK", "SOPP"}
-VECTOR_ENCODINGS = {"VOP1", "VOP2", "VOPC", "VOP3", "VOP3P", "VOPD"}
 
 
 def step(wave: Wave, inst: Instruction, f: Fields, memory: Memory | None = None, lds: Lds | None = None) -> None:
-    """`f`: the instruction's fields (`fields(inst)`), read once per instruction by the caller."""
+    """`f`: the instruction's fields (`inst.fields`); `inst.kind` says which semantics run it."""
     jumped = False
     try:
-        if inst.encoding in SCALAR_ENCODINGS:
+        if inst.kind == "scalar":
             jumped = run_scalar(wave, inst, f)
-        elif inst.encoding in VECTOR_ENCODINGS:
+        elif inst.kind == "vector":
             run_vector(wave, inst, f)
         elif memory is None or lds is None:
             raise Unsupported("a memory instruction on a wave without memory")
@@ -37,7 +33,7 @@ def step(wave: Wave, inst: Instruction, f: Fields, memory: Memory | None = None,
 def run_program(wave: Wave, program: list[Instruction], memory: Memory | None = None, lds: Lds | None = None,
                 limit: int = 100_000) -> None:
     """Runs a list of instructions from its first until s_endpgm or its end (unit tests' programs)."""
-    at = {inst.address: (inst, fields(inst)) for inst in program}
+    at = {inst.address: (inst, inst.fields) for inst in program}
     wave.pc = program[0].address
     for _ in range(limit):
         found = at.get(wave.pc)

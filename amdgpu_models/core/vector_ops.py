@@ -15,11 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from amdgpu_models.core.floats import U32, as_f32, bits_of, f16_to_f32, f32_to_f16, fma_odd, modify_f32
-from amdgpu_models.core.wave import ALL_LANES, EXEC_LO, LANES, VCC_LO, Unsupported, Wave, dpp_lanes
-from amdgpu_models.isa.gfx11.decode import Instruction
-from amdgpu_models.isa.gfx11.fields import VGPR_BASE, Fields
-
-HALF_HIGH = 0x80  # a 16-bit VGPR operand of a 32-bit-encoded instruction: bit 7 of the register number is .h
+from amdgpu_models.core.instruction import Fields, Instruction
+from amdgpu_models.core.wave import ALL_LANES, EXEC_LO, LANES, VCC_LO, VGPR_BASE, Unsupported, Wave, dpp_lanes
 
 
 @dataclass(frozen=True)
@@ -138,10 +135,10 @@ def run_vector(wave: Wave, inst: Instruction, f: Fields) -> None:
         _cndmask(wave, inst, f)
     elif name == "v_readfirstlane_b32":
         active = np.flatnonzero(wave.exec_mask)
-        wave.write_scalar(f.dst, int(wave.vector(f.src[0], inst.literal)[active[0] if len(active) else 0]))
+        wave.write_scalar(f.dst, int(wave.vector(f.src[0], f.lit(0))[active[0] if len(active) else 0]))
     elif name == "v_permlanex16_b32":
         _permlanex16(wave, inst, f)
-    elif name in ("v_fma_mix_f32", "v_fma_mixlo_f16", "v_fma_mixhi_f16"):
+    elif name in MIX:
         _fma_mix(wave, inst, f)
     elif name in DIVISION:
         DIVISION[name](wave, inst, f)
@@ -168,17 +165,14 @@ def _read(wave: Wave, inst: Instruction, f: Fields, index: int, half: bool, is_f
         values, valid = _dpp_source(wave, inst.dpp)
         abs_, neg = bool(inst.dpp >> 21 & 1), bool(inst.dpp >> 20 & 1)
     elif inst.dpp is not None and index == 1:
-        values = wave.vector(code, inst.literal)
+        values = wave.vector(code, f.lit(index))
         abs_, neg = bool(inst.dpp >> 23 & 1), bool(inst.dpp >> 22 & 1)
-    elif half and inst.encoding in ("VOP1", "VOP2", "VOPC") and code >= VGPR_BASE:
-        reg = code - VGPR_BASE
-        values = wave.vector(VGPR_BASE + (reg & ~HALF_HIGH), None) >> (16 if reg & HALF_HIGH else 0)
     else:
-        values = wave.vector(code, inst.literal, half)
+        values = wave.vector(code, f.lit(index), half)
         if inst.encoding == "VOP3":
             abs_, neg = bool(f.abs >> index & 1), bool(f.neg >> index & 1)
-            if half and f.opsel >> index & 1:
-                values = values >> 16
+        if half and f.opsel >> index & 1:  # a true16 .h register, or VOP3's op_sel
+            values = values >> 16
     if half:
         values = values & np.uint32(0xFFFF)
         if abs_ or neg:
@@ -217,8 +211,7 @@ def _write_mask(wave: Wave, inst: Instruction, valid: np.ndarray) -> np.ndarray:
 def _write(wave: Wave, inst: Instruction, f: Fields, result: U32, mask: np.ndarray, half: bool) -> None:
     reg = f.dst
     if half:
-        high = bool(reg & HALF_HIGH) if inst.encoding == "VOP1" else bool(f.opsel >> 3 & 1)
-        reg = reg & ~HALF_HIGH if inst.encoding == "VOP1" else reg
+        high = bool(f.opsel >> 3 & 1)
         old = wave.vgpr[reg]
         result = result & np.uint32(0xFFFF)
         result = (old & np.uint32(0xFFFF)) | (result << 16) if high else (old & np.uint32(0xFFFF0000)) | result
@@ -252,7 +245,7 @@ def _compare(wave: Wave, inst: Instruction, f: Fields) -> None:
 
 def _cndmask(wave: Wave, inst: Instruction, f: Fields) -> None:
     (a, valid), (b, _) = (_read(wave, inst, f, i, False, True) for i in range(2))
-    select = wave.scalar(f.src[2], inst.literal) if inst.encoding == "VOP3" else int(wave.sgpr[VCC_LO])
+    select = wave.scalar(f.src[2], f.lit(2)) if inst.encoding == "VOP3" else int(wave.sgpr[VCC_LO])
     result = np.where(wave.mask_of(select), b, a).astype(np.uint32)
     _write(wave, inst, f, result, _write_mask(wave, inst, valid), False)
 
@@ -260,11 +253,11 @@ def _cndmask(wave: Wave, inst: Instruction, f: Fields) -> None:
 def _permlanex16(wave: Wave, inst: Instruction, f: Fields) -> None:
     """Each lane reads the lane of the other 16-lane half that src1 (lanes 0-7) and src2 (lanes 8-15) name,
     four bits per lane. op_sel[0] is fetch-inactive, op_sel[1] bound_ctrl."""
-    select = wave.scalar(f.src[1], inst.literal) | wave.scalar(f.src[2], inst.literal) << 32
+    select = wave.scalar(f.src[1], f.lit(1)) | wave.scalar(f.src[2], f.lit(2)) << 32
     lane = np.arange(LANES)
     picks = np.array([select >> 4 * i & 0xF for i in range(16)])
     sources = ((lane & 16) ^ 16) + picks[lane & 15]
-    values = wave.vector(f.src[0], inst.literal)[sources]
+    values = wave.vector(f.src[0], f.lit(0))[sources]
     fetch_inactive, bound_zero = bool(f.opsel & 1), bool(f.opsel >> 1 & 1)
     valid = wave.exec_mask[sources] | fetch_inactive
     if bound_zero:
@@ -277,7 +270,7 @@ def _fma_mix(wave: Wave, inst: Instruction, f: Fields) -> None:
     neg_hi is the absolute-value modifier here. One rounding: to binary32, or to binary16 for mixlo/mixhi."""
     sources = []
     for i in range(3):
-        raw = wave.vector(f.src[i], inst.literal, half=bool(f.opsel_hi >> i & 1))
+        raw = wave.vector(f.src[i], f.lit(i), half=bool(f.opsel_hi >> i & 1))
         if f.opsel_hi >> i & 1:
             value = f16_to_f32(raw >> 16 if f.opsel >> i & 1 else raw)
         else:
@@ -385,20 +378,26 @@ def _div_fixup(wave: Wave, inst: Instruction, f: Fields) -> None:
 
 
 DIVISION = {"v_div_scale_f32": _div_scale, "v_div_fmas_f32": _div_fmas, "v_div_fixup_f32": _div_fixup}
+MIX = ("v_fma_mix_f32", "v_fma_mixlo_f16", "v_fma_mixhi_f16")
 
 
 def _dual(wave: Wave, inst: Instruction, f: Fields) -> None:
     """Two independent operations; both read their sources before either writes."""
     results = []
-    for name, dst, src in ((inst.name, f.dst, f.src), (inst.name_y or "", f.dst_y, f.src_y)):
+    for name, dst, src, lits in ((inst.name, f.dst, f.src, f.lits), (inst.name_y or "", f.dst_y, f.src_y, f.lits_y)):
         if name == "v_dual_cndmask_b32":
-            a, b = (wave.vector(code, inst.literal) for code in src)
+            a, b = (wave.vector(code, lit) for code, lit in zip(src, lits, strict=True))
             results.append((dst, np.where(wave.mask_of(int(wave.sgpr[VCC_LO])), b, a).astype(np.uint32)))
             continue
         op = ARITH[DUAL[name]]
-        sources = [wave.vector(code, inst.literal) for code in src[:op.sources - op.accumulates]]
+        sources = [wave.vector(code, lit) for code, lit in zip(src, lits, strict=True)][:op.sources - op.accumulates]
         if op.accumulates:
             sources.append(wave.vgpr[dst].copy())
         results.append((dst, op.fn(*sources).astype(np.uint32)))
     for dst, values in results:
         wave.write_vgpr(dst, values, wave.exec_mask)
+
+
+# What this module runs (VOPD's operations by their v_dual_ names).
+MNEMONICS = frozenset({*ARITH, *COMPARES, *DIVISION, *MIX, *DUAL, "v_dual_cndmask_b32", "v_cndmask_b32",
+                       "v_readfirstlane_b32", "v_permlanex16_b32"})

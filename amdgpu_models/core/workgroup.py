@@ -8,16 +8,16 @@ it checks is what a kernel computes, not how fast or in which interleaving of in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from amdgpu_models.core.instruction import Instruction
 from amdgpu_models.core.kernel import Kernel, Program
 from amdgpu_models.core.memory import Lds, Memory
 from amdgpu_models.core.step import step
 from amdgpu_models.core.wave import EXEC_LO, LANES, Unsupported, Wave
-from amdgpu_models.isa.gfx11.decode import decode_all
-from amdgpu_models.isa.gfx11.fields import fields
 
 VGPR_GRANULE_WAVE32 = 8  # COMPUTE_PGM_RSRC1.GRANULATED_WORKITEM_VGPR_COUNT counts blocks of 8 in wave32
 MAX_STEPS = 5_000_000  # per workgroup: a kernel that never ends is an error, not a hang
@@ -34,15 +34,20 @@ class Launch:
     kernarg_address: int
 
 
+# An ISA's decoder: (code, its address) -> the model's instructions (amdgpu_models.isa.<target>.decode with
+# LLVM's tools bound).
+Decoder = Callable[[bytes, int], list[Instruction]]
+
+
 class Runner:
     """One kernel's decoded code, reused by every workgroup of a launch."""
 
-    def __init__(self, program: Program, kernel: Kernel) -> None:
+    def __init__(self, program: Program, kernel: Kernel, decoder: Decoder) -> None:
         _check_supported(kernel)
         self.kernel = kernel
         start = kernel.entry - program.text_address
         code = program.text[start:]
-        self.code = {inst.address: (inst, fields(inst)) for inst in decode_all(code, kernel.entry)}
+        self.code = {inst.address: (inst, inst.fields) for inst in decoder(code, kernel.entry)}
 
     def run(self, launch: Launch, memory: Memory) -> None:
         gx, gy, gz = launch.grid

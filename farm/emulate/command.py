@@ -17,18 +17,23 @@ import os
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import TextIO
 
 from amdgpu_models.core.memory import BoundsError
 from amdgpu_models.core.wave import Unsupported
-from amdgpu_models.isa.gfx11.decode import Undecodable
+from amdgpu_models.disasm import ToolFailed, ToolMissing, Undecodable
+from amdgpu_models.isa import gfx11
 from farm.core.atomic import write_text_atomic
 from farm.core.canonical import canonical_json
+from farm.core.errors import FarmError
+from farm.emulate.isa import tools
 from farm.emulate.launch import NotLaunchable, load
 from farm.emulate.rmsnorm_check import Outcome, check
 from farm.store.outtree import OutputDir
 from farm.table.config import FarmConfig
 from farm.table.rows import Row
+from farm.toolchain.disasm import FIX
 
 TARGET = "gfx11-generic"
 OPS = ("rmsnorm", "rmsnorm_bwd")
@@ -101,11 +106,16 @@ def emulate_row(cfg: FarmConfig, row: Row, data: bytes | None) -> ObjectResult:
         result.stopped = f"{row.relpath()} is not in {cfg.outputs_dir} (run `farm build` for it)"
         return result
     result.sha256 = hashlib.sha256(data).hexdigest()
+    llvm_mc = tools(cfg.toolchain_pin.get("disassembler")).llvm_mc  # decoding is LLVM's (amdgpu_models.disasm)
     started = time.monotonic()
     try:
-        result.outcomes = check(load(data), row.op, row.knobs)
+        result.outcomes = check(load(data), row.op, row.knobs, partial(gfx11.decode, llvm_mc=llvm_mc))
     except (NotLaunchable, Undecodable, Unsupported, BoundsError) as exc:
         result.stopped = f"{type(exc).__name__}: {exc}"
+    except ToolMissing as exc:
+        raise FarmError(str(exc), FIX) from None
+    except ToolFailed as exc:
+        raise FarmError(f"llvm-mc failed: {exc}", "check the llvm-22 install (scripts/setup.sh)") from None
     result.seconds = time.monotonic() - started
     return result
 
@@ -128,7 +138,7 @@ def emulate(cfg: FarmConfig, rows: list[Row], objects: dict[str, bytes | None], 
     max_err = max((r.max_err for r in results), default=0.0)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     report = {"finished_utc": stamp, "seconds": round(time.monotonic() - started, 3),
-              "model": "instruction-level model of RDNA3 wave32 (farm/emulate), not hardware",
+              "model": "instruction-level model of RDNA3 wave32 (amdgpu_models), not hardware",
               "emulated": len(results), "within": within, "outside": len(results) - within,
               "max_err": _json_number(max_err),
               "refused": refused, "objects": [r.as_json() for r in results], "outputs_dir": str(cfg.outputs_dir)}

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from amdgpu_models.core.memory import Memory
-from amdgpu_models.core.workgroup import Launch, Runner
+from amdgpu_models.core.workgroup import Decoder, Launch, Runner
 from farm.emulate.launch import Kernel, NotLaunchable, Program
 from farm.emulate.numerics import BYTES, TOLERANCE, Form, decode, encode, errors
 
@@ -92,7 +92,7 @@ def _block(kernel: Kernel) -> tuple[int, int, int]:
     return kernel.workgroup_size
 
 
-def run_forward(program: Program, knobs: dict, case: Case, rng: np.random.Generator) -> Outcome:
+def run_forward(program: Program, knobs: dict, case: Case, rng: np.random.Generator, decoder: Decoder) -> Outcome:
     form = Form.of(str(knobs["dtype"]))
     kernel = _kernel(program, "rmsnorm_fwd_0")
     x = encode(rng.standard_normal((case.m, case.n)) * case.scale, form.data)
@@ -102,7 +102,7 @@ def run_forward(program: Program, knobs: dict, case: Case, rng: np.random.Genera
     at_y = memory.allocate("y", bytes(case.m * case.n * BYTES[form.data]))
     at_inv = memory.allocate("inv_rms", bytes(4 * case.m))
     kernarg = _kernarg(memory, kernel, [at_x, at_gamma, at_y, at_inv, case.m, case.n, case.n, case.n, case.eps])
-    Runner(program, kernel).run(Launch(kernel, (case.m, 1, 1), _block(kernel), kernarg), memory)
+    Runner(program, kernel, decoder).run(Launch(kernel, (case.m, 1, 1), _block(kernel), kernarg), memory)
 
     xs, g = decode(x, form.data).reshape(case.m, case.n), decode(gamma, form.gamma)
     inv_rms = 1.0 / np.sqrt(np.mean(xs * xs, axis=1) + np.float64(np.float32(case.eps)))
@@ -115,7 +115,8 @@ def run_forward(program: Program, knobs: dict, case: Case, rng: np.random.Genera
     return outcome
 
 
-def run_backward(program: Program, knobs: dict, case: Case, rng: np.random.Generator) -> Outcome:
+def run_backward(program: Program, knobs: dict, case: Case, rng: np.random.Generator, decoder: Decoder,
+                 ) -> Outcome:
     form = Form.of(str(knobs["dtype"]))
     partial, reduce = _kernel(program, "rmsnorm_bwd_partial"), _kernel(program, "rmsnorm_bwd_reduce")
     m, n, p = case.m, case.n, case.num_programs
@@ -132,11 +133,11 @@ def run_backward(program: Program, knobs: dict, case: Case, rng: np.random.Gener
     at["workspace"] = memory.allocate("workspace", bytes(4 * p * n))
     at["dgamma"] = memory.allocate("dgamma", bytes(n * BYTES[form.gamma]))
     args = [at["x"], at["gamma"], at["dy"], at["inv_rms"], at["dx"], at["workspace"], m, n, p, n, n, n]
-    Runner(program, partial).run(Launch(partial, (p, 1, 1), _block(partial), _kernarg(memory, partial, args)),
-                                 memory)
+    Runner(program, partial, decoder).run(
+        Launch(partial, (p, 1, 1), _block(partial), _kernarg(memory, partial, args)), memory)
     grid = (-(-n // REDUCE_COLUMNS), 1, 1)
     args = [at["workspace"], at["dgamma"], n, p]
-    Runner(program, reduce).run(Launch(reduce, grid, _block(reduce), _kernarg(memory, reduce, args)), memory)
+    Runner(program, reduce, decoder).run(Launch(reduce, grid, _block(reduce), _kernarg(memory, reduce, args)), memory)
 
     r = inv_rms.astype(np.float64)[:, None]
     x_hat, wdy = xs * r, g * dys
@@ -153,12 +154,13 @@ def _score(outcome: Outcome, name: str, out: np.ndarray, ref: np.ndarray, dtype:
     outcome.tolerance[name] = TOLERANCE[dtype]
 
 
-def check(program: Program, op: str, knobs: dict) -> list[Outcome]:
-    """Every case of one object, inputs seeded by the case (the same inputs on every run)."""
+def check(program: Program, op: str, knobs: dict, decoder: Decoder) -> list[Outcome]:
+    """Every case of one object, inputs seeded by the case (the same inputs on every run). `decoder`: the
+    ISA's (amdgpu_models.isa.gfx11.decode with LLVM's llvm-mc bound)."""
     if op == "rmsnorm":
         cases, run = forward_cases(knobs), run_forward
     elif op == "rmsnorm_bwd":
         cases, run = backward_cases(knobs), run_backward
     else:
         raise NotLaunchable(f"op {op!r}: only the RMSNorm families are modelled")
-    return [run(program, knobs, case, np.random.default_rng([SEED, i])) for i, case in enumerate(cases)]
+    return [run(program, knobs, case, np.random.default_rng([SEED, i]), decoder) for i, case in enumerate(cases)]

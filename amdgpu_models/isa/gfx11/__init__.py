@@ -1,1 +1,0 @@
-"""RDNA3 (gfx11, wave32): its instruction encodings and operand fields."""
