@@ -66,7 +66,7 @@ def _buffer(wave: Wave, inst: Instruction, f: Fields, memory: Memory, kind: str,
     soffset = wave.scalar(f.soffset, None)
     if soffset:  # whether a scalar offset counts against NUM_RECORDS is not pinned down here: stop
         raise Unsupported(f"{_where(inst)}: a non-zero scalar offset ({soffset:#x}) in a buffer access")
-    offset = np.full(32, f.imm, dtype=np.int64)
+    offset = np.full(wave.lanes, f.imm, dtype=np.int64)
     if f.offen:
         offset += wave.vgpr[f.addr].astype(np.int64)
     active = wave.exec_mask

@@ -66,6 +66,8 @@ def _lshl_b64(w: Wave, s: tuple[int, ...], f: Fields, inst: Instruction) -> None
 
 
 def _and_saveexec(w: Wave, s: tuple[int, ...], f: Fields) -> None:
+    if w.lanes != 32:
+        raise Unsupported("s_and_saveexec_b32 on a wave64")
     old = int(w.sgpr[EXEC_LO])
     new = s[0] & old
     w.write_scalar(f.dst, old)
@@ -141,8 +143,8 @@ def run_scalar(wave: Wave, inst: Instruction, f: Fields) -> bool:
 
 def _branch(wave: Wave, inst: Instruction, f: Fields) -> bool:
     taken = {"s_branch": True, "s_cbranch_scc0": not wave.scc, "s_cbranch_scc1": wave.scc,
-             "s_cbranch_vccz": int(wave.sgpr[VCC_LO]) == 0, "s_cbranch_vccnz": int(wave.sgpr[VCC_LO]) != 0,
-             "s_cbranch_execz": int(wave.sgpr[EXEC_LO]) == 0}.get(inst.name)
+             "s_cbranch_vccz": wave.read_mask(VCC_LO) == 0, "s_cbranch_vccnz": wave.read_mask(VCC_LO) != 0,
+             "s_cbranch_execz": wave.read_mask(EXEC_LO) == 0}.get(inst.name)
     if taken is None:
         raise Unsupported(f"{inst.name} at {inst.address:#x} is not implemented")
     if taken:

@@ -16,7 +16,7 @@ import numpy as np
 
 from amdgpu_models.core.floats import U32, as_f32, bits_of, f16_to_f32, f32_to_f16, fma_odd, modify_f32
 from amdgpu_models.core.instruction import Fields, Instruction
-from amdgpu_models.core.wave import ALL_LANES, EXEC_LO, LANES, VCC_LO, VGPR_BASE, Unsupported, Wave, dpp_lanes
+from amdgpu_models.core.wave import EXEC_LO, VCC_LO, VGPR_BASE, Unsupported, Wave, dpp_lanes
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ def _read(wave: Wave, inst: Instruction, f: Fields, index: int, half: bool, is_f
           ) -> tuple[U32, np.ndarray]:
     """Source `index` for every lane, modifiers applied, and the lanes whose read was valid (DPP). The
     lanes may be a view of the register (callers compute new arrays from them, never write into them)."""
-    valid = ALL_LANES
+    valid = wave.all_lanes
     code = f.src[index]
     if code >= VGPR_BASE and inst.dpp is None and not half and not ((f.abs | f.neg) >> index & 1):
         return wave.vgpr[code - VGPR_BASE], valid  # the common case: a plain VGPR
@@ -187,22 +187,22 @@ def _read(wave: Wave, inst: Instruction, f: Fields, index: int, half: bool, is_f
 def _dpp_source(wave: Wave, control_word: int) -> tuple[U32, np.ndarray]:
     """DPP16's src0: each lane's chosen lane of the VGPR; a lane reading outside its row, or (without
     fetch-inactive) from a lane EXEC disables, reads 0 under bound_ctrl and is otherwise not written."""
-    lanes, inside = dpp_lanes(control_word >> 8 & 0x1FF)
+    lanes, inside = dpp_lanes(control_word >> 8 & 0x1FF, wave.lanes)
     fetch_inactive, bound_zero = bool(control_word >> 18 & 1), bool(control_word >> 19 & 1)
     values = wave.vgpr[control_word & 0xFF][lanes].copy()
     valid = inside & (wave.exec_mask[lanes] | fetch_inactive)
     if bound_zero:
         values = np.where(valid, values, np.uint32(0)).astype(np.uint32)
-        return values, ALL_LANES
+        return values, wave.all_lanes
     return values, valid
 
 
 def _write_mask(wave: Wave, inst: Instruction, valid: np.ndarray) -> np.ndarray:
-    if inst.dpp is None and valid is ALL_LANES:
+    if inst.dpp is None and valid is wave.all_lanes:
         return wave.exec_mask
     mask = wave.exec_mask & valid
     if inst.dpp is not None:  # rows and banks (groups of 4 lanes in a row) the DPP masks leave out
-        lane = np.arange(LANES)
+        lane = np.arange(wave.lanes)
         row_mask, bank_mask = inst.dpp >> 28 & 0xF, inst.dpp >> 24 & 0xF
         mask &= ((row_mask >> (lane // 16)) & 1).astype(bool) & ((bank_mask >> (lane // 4 % 4)) & 1).astype(bool)
     return mask
@@ -237,16 +237,14 @@ def _compare(wave: Wave, inst: Instruction, f: Fields) -> None:
     (a, valid), (b, _) = (_read(wave, inst, f, i, False, is_float) for i in range(2))
     lanes = test(a, b) & wave.exec_mask & valid
     bits = wave.bits_of(lanes)
-    if inst.name.startswith("v_cmpx"):
-        wave.sgpr[EXEC_LO] = bits
-    else:
-        wave.write_scalar(f.sdst if inst.encoding == "VOP3" else VCC_LO, bits)
+    wave.write_mask(EXEC_LO if inst.name.startswith("v_cmpx") else f.sdst if inst.encoding == "VOP3" else VCC_LO,
+                    bits)
 
 
 def _cndmask(wave: Wave, inst: Instruction, f: Fields) -> None:
     (a, valid), (b, _) = (_read(wave, inst, f, i, False, True) for i in range(2))
-    select = wave.scalar(f.src[2], f.lit(2)) if inst.encoding == "VOP3" else int(wave.sgpr[VCC_LO])
-    result = np.where(wave.mask_of(select), b, a).astype(np.uint32)
+    select = wave.read_mask(f.src[2]) if inst.encoding == "VOP3" else wave.read_mask(VCC_LO)
+    result = np.where(wave.lane_mask(select), b, a).astype(np.uint32)
     _write(wave, inst, f, result, _write_mask(wave, inst, valid), False)
 
 
@@ -254,14 +252,14 @@ def _permlanex16(wave: Wave, inst: Instruction, f: Fields) -> None:
     """Each lane reads the lane of the other 16-lane half that src1 (lanes 0-7) and src2 (lanes 8-15) name,
     four bits per lane. op_sel[0] is fetch-inactive, op_sel[1] bound_ctrl."""
     select = wave.scalar(f.src[1], f.lit(1)) | wave.scalar(f.src[2], f.lit(2)) << 32
-    lane = np.arange(LANES)
+    lane = np.arange(wave.lanes)
     picks = np.array([select >> 4 * i & 0xF for i in range(16)])
     sources = ((lane & 16) ^ 16) + picks[lane & 15]
     values = wave.vector(f.src[0], f.lit(0))[sources]
     fetch_inactive, bound_zero = bool(f.opsel & 1), bool(f.opsel >> 1 & 1)
     valid = wave.exec_mask[sources] | fetch_inactive
     if bound_zero:
-        values, valid = np.where(valid, values, np.uint32(0)).astype(np.uint32), ALL_LANES
+        values, valid = np.where(valid, values, np.uint32(0)).astype(np.uint32), wave.all_lanes
     wave.write_vgpr(f.dst, values, wave.exec_mask & valid)
 
 
@@ -313,8 +311,8 @@ def _div_scale(wave: Wave, inst: Instruction, f: Fields) -> None:
     with np.errstate(all="ignore"):
         quotient = bits_of((n2 / n1).astype(np.float32))
     gap = _exponent(s2).astype(np.int64) - _exponent(s1).astype(np.int64)
-    result, vcc = s0.copy(), np.zeros(LANES, bool)
-    undecided = np.ones(LANES, dtype=bool)
+    result, vcc = s0.copy(), np.zeros(wave.lanes, bool)
+    undecided = np.ones(wave.lanes, dtype=bool)
 
     def case(when: np.ndarray, value: U32 | None, flag: bool) -> None:
         nonlocal result
@@ -325,7 +323,7 @@ def _div_scale(wave: Wave, inst: Instruction, f: Fields) -> None:
         undecided[hit] = False
 
     up = _ldexp(s0, 64)
-    case((n2 == 0) | (n1 == 0), np.full(LANES, 0x7FC00000, np.uint32), False)
+    case((n2 == 0) | (n1 == 0), np.full(wave.lanes, 0x7FC00000, np.uint32), False)
     case(gap >= 96, np.where(as_f32(s0) == n1, up, s0), True)
     case(_is_denormal(s1), up, False)
     # 1/S1 as binary64 is never a binary64 denormal for a binary32 S1: those two branches cannot be taken.
@@ -333,7 +331,7 @@ def _div_scale(wave: Wave, inst: Instruction, f: Fields) -> None:
     case(_exponent(s2) <= 23, up, False)
     exec_ = wave.exec_mask
     wave.write_vgpr(f.dst, result, exec_)
-    wave.write_scalar(f.sdst, wave.bits_of(vcc & exec_))
+    wave.write_mask(f.sdst, wave.bits_of(vcc & exec_))
 
 
 def _div_fmas(wave: Wave, inst: Instruction, f: Fields) -> None:
@@ -344,7 +342,7 @@ def _div_fmas(wave: Wave, inst: Instruction, f: Fields) -> None:
     whole sequence against correctly rounded quotients, denormal ones included."""
     s0, s1, s2 = (as_f32(_read(wave, inst, f, i, False, True)[0]) for i in range(3))
     fused = fma_odd(s0, s1, s2)
-    scaled = wave.mask_of(int(wave.sgpr[VCC_LO]))
+    scaled = wave.lane_mask(wave.read_mask(VCC_LO))
     power = np.where(_exponent(bits_of(s2)) > 127, 2.0**64, 2.0**-64)
     with np.errstate(all="ignore"):
         result = np.where(scaled, fused * power, fused).astype(np.float32)  # a power of two: exact in binary64
@@ -387,7 +385,7 @@ def _dual(wave: Wave, inst: Instruction, f: Fields) -> None:
     for name, dst, src, lits in ((inst.name, f.dst, f.src, f.lits), (inst.name_y or "", f.dst_y, f.src_y, f.lits_y)):
         if name == "v_dual_cndmask_b32":
             a, b = (wave.vector(code, lit) for code, lit in zip(src, lits, strict=True))
-            results.append((dst, np.where(wave.mask_of(int(wave.sgpr[VCC_LO])), b, a).astype(np.uint32)))
+            results.append((dst, np.where(wave.lane_mask(wave.read_mask(VCC_LO)), b, a).astype(np.uint32)))
             continue
         op = ARITH[DUAL[name]]
         sources = [wave.vector(code, lit) for code, lit in zip(src, lits, strict=True)][:op.sources - op.accumulates]

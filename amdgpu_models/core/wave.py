@@ -1,9 +1,10 @@
-"""One wave32's architectural state and how instructions read and write it: scalar registers (with VCC, M0,
-EXEC at their operand codes), VGPRs as one uint32 per lane, SCC, and the program counter; operand codes
-resolved to values (registers, inline constants, the literal); DPP16 lane selection.
+"""One wave's architectural state, wave32 or wave64 (the lane count is the wave's own: RDNA runs wave32,
+CDNA wave64), and how instructions read and write it: scalar registers (with VCC, M0, EXEC at their operand
+codes; a wave64's EXEC and VCC are the register pairs), VGPRs as one uint32 per lane, SCC, and the program
+counter; operand codes resolved to values (registers, inline constants, the literal); DPP16 lane selection.
 
-Every lane-wise value is a numpy uint32 array of 32 lanes, so one instruction is one numpy operation per
-step, never a Python loop over lanes.
+Every lane-wise value is a numpy uint32 array of one element per lane, so one instruction is one numpy
+operation per step, never a Python loop over lanes.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import numpy as np
 
 from amdgpu_models.core.floats import U32
 
-LANES = 32
+LANES = 32  # the default width (RDNA's wave32)
+WAVE_WIDTHS = (32, 64)
 VGPR_BASE = 256  # a 9-bit source operand at or above this names VGPR (code - 256)
 NULL = 124  # the scalar operand that reads 0 and drops writes
 VCC_LO = 106
-EXEC_LO = 126
+EXEC_LO = 126  # and EXEC_HI at 127, VCC_HI at 107: a wave64's masks are register pairs
 SCC = 253
 TTMP_FIRST, TTMP_LAST = 108, 123
 LITERAL = 255
@@ -31,10 +33,17 @@ _F16 = {240: 0x3800, 241: 0xB800, 242: 0x3C00, 243: 0xBC00, 244: 0x4000, 245: 0x
 
 
 MASK_CACHE_SIZE = 4096
-_MASKS: dict[int, np.ndarray] = {}
-ALL_LANES = np.ones(LANES, dtype=bool)
-ALL_LANES.flags.writeable = False
-_BROADCAST: dict[int, np.ndarray] = {}
+_MASKS: dict[tuple[int, int], np.ndarray] = {}
+_ALL = {width: np.ones(width, dtype=bool) for width in WAVE_WIDTHS}
+for _mask in _ALL.values():
+    _mask.flags.writeable = False
+ALL_LANES = _ALL[LANES]
+_BROADCAST: dict[tuple[int, int], np.ndarray] = {}
+
+
+def all_lanes(width: int) -> np.ndarray:
+    """Every lane on (read-only, one object per width: callers test `is` against it)."""
+    return _ALL[width]
 
 
 class Unsupported(RuntimeError):
@@ -42,9 +51,13 @@ class Unsupported(RuntimeError):
 
 
 class Wave:
-    def __init__(self, vgprs: int = 256) -> None:
+    def __init__(self, vgprs: int = 256, lanes: int = LANES) -> None:
+        if lanes not in WAVE_WIDTHS:
+            raise Unsupported(f"a wave of {lanes} lanes (wave32 or wave64)")
+        self.lanes = lanes
+        self.all_lanes = _ALL[lanes]
         self.sgpr = np.zeros(SCALAR_CODES, dtype=np.uint32)
-        self.vgpr = np.zeros((vgprs, LANES), dtype=np.uint32)
+        self.vgpr = np.zeros((vgprs, lanes), dtype=np.uint32)
         self.scc = False
         self.pc = 0
         self.done = False
@@ -54,24 +67,39 @@ class Wave:
 
     @property
     def exec_mask(self) -> np.ndarray:
-        """EXEC as 32 booleans (read-only: shared between calls while EXEC does not change)."""
-        return self.mask_of(int(self.sgpr[EXEC_LO]))
+        """EXEC as one boolean per lane (read-only: shared between calls while EXEC does not change)."""
+        value = int(self.sgpr[EXEC_LO])
+        if self.lanes == 64:
+            value |= int(self.sgpr[EXEC_LO + 1]) << 32
+        return self.mask_of(value, self.lanes)
+
+    def lane_mask(self, value: int) -> np.ndarray:
+        return self.mask_of(value, self.lanes)
+
+    def read_mask(self, code: int) -> int:
+        """A lane mask from a scalar operand: one register in wave32, the register pair in wave64."""
+        return self.scalar(code, None) if self.lanes == 32 else self.scalar64(code, None)
+
+    def write_mask(self, code: int, bits: int) -> None:
+        self.write_scalar(code, bits)
+        if self.lanes == 64:
+            self.write_scalar(NULL if code == NULL else code + 1, bits >> 32)
 
     @staticmethod
-    def mask_of(value: int) -> np.ndarray:
-        """A 32-bit lane mask as 32 booleans, lane 0 first (read-only, remembered per value: a kernel uses a
+    def mask_of(value: int, lanes: int = LANES) -> np.ndarray:
+        """A lane mask as one boolean per lane, lane 0 first (read-only, remembered per value: a kernel uses a
         handful of masks millions of times)."""
-        mask = _MASKS.get(value)
+        mask = _MASKS.get((value, lanes))
         if mask is None:
-            mask = (value >> np.arange(LANES, dtype=np.uint64) & 1).astype(bool)
+            mask = (value >> np.arange(lanes, dtype=np.uint64) & 1).astype(bool)
             mask.flags.writeable = False
             if len(_MASKS) < MASK_CACHE_SIZE:
-                _MASKS[value] = mask
+                _MASKS[value, lanes] = mask
         return mask
 
     @staticmethod
     def bits_of(mask: np.ndarray) -> int:
-        return int(np.sum(mask.astype(np.uint64) << np.arange(LANES, dtype=np.uint64)))
+        return int(np.sum(mask.astype(np.uint64) << np.arange(len(mask), dtype=np.uint64)))
 
     # -- scalar operands ---------------------------------------------------------------------------------
 
@@ -122,12 +150,12 @@ class Wave:
         if code >= VGPR_BASE:
             return self.vgpr[code - VGPR_BASE].copy()
         value = self.scalar(code, literal, half)
-        lanes = _BROADCAST.get(value)
+        lanes = _BROADCAST.get((value, self.lanes))
         if lanes is None:  # one read-only array per value: addresses and constants repeat across a launch
-            lanes = np.full(LANES, value, dtype=np.uint32)
+            lanes = np.full(self.lanes, value, dtype=np.uint32)
             lanes.flags.writeable = False
             if len(_BROADCAST) < MASK_CACHE_SIZE:
-                _BROADCAST[value] = lanes
+                _BROADCAST[value, self.lanes] = lanes
         return lanes
 
     def write_vgpr(self, reg: int, values: U32, mask: np.ndarray) -> None:
@@ -139,10 +167,11 @@ class Wave:
             np.copyto(self.vgpr[reg], values, where=mask, casting="unsafe")
 
 
-def dpp_lanes(control: int) -> tuple[np.ndarray, np.ndarray]:
+def dpp_lanes(control: int, lanes: int = LANES) -> tuple[np.ndarray, np.ndarray]:
     """DPP16: (the lane each lane reads, whether that lane is inside its row). Raises on a control the model
     does not implement (DPP_CTRL values from the RDNA3 ISA guide)."""
-    lane = np.arange(LANES)
+    ALL_LANES = _ALL[lanes]  # noqa: N806
+    lane = np.arange(lanes)
     row_start, in_row = lane & ~15, lane & 15
     if control <= 0xFF:  # quad_perm: each lane picks one lane of its quad
         pick = np.array([control >> 2 * i & 3 for i in range(4)])
