@@ -1,4 +1,4 @@
-"""Vector ALU instructions (VOP1, VOP2, VOPC, VOP3, VOP3P, VOPD) on a wave's 32 lanes, from the RDNA3 ISA
+"""Vector ALU instructions (e32 and DPP, VOP3, VOP3P, VOPD forms) on a wave's lanes (32 or 64), from the RDNA3 ISA
 guide's descriptions: operands are read (with DPP16 lane selection and VOP3's abs/neg), the operation runs
 on all lanes at once, and the result is written to the lanes EXEC (and DPP) enable.
 

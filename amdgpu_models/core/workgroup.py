@@ -118,7 +118,8 @@ def _check_supported(kernel: Kernel) -> None:
     """The descriptor settings the model implements; anything else stops before the first instruction."""
     d = kernel.descriptor
     if not d.wave32 or kernel.wavefront_size != LANES:
-        raise Unsupported(f"{kernel.name}: only wave32 is modelled")
+        raise Unsupported(f"{kernel.name}: only wave32 launches are modelled (the core's Wave runs 64 lanes, no "
+                          "wave64 launch is set up yet)")
     if d.scratch_enabled or d.private_segment_bytes:
         raise Unsupported(f"{kernel.name}: scratch memory is not modelled")
     if (d.round_mode_32, d.round_mode_16_64, d.denorm_mode_32, d.denorm_mode_16_64) != (0, 0, 3, 3):
