@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from gfx11_asm import instructions
 
 from amdgpu_models.core.instruction import Fields
 from amdgpu_models.core.wave import NULL, VGPR_BASE
+from amdgpu_models.disasm import Undecodable
 
 V = VGPR_BASE
 VCC_LO, S_LITERAL = 106, 255
@@ -70,3 +72,8 @@ def test_memory_formats() -> None:
     assert (f.data, f.addr, f.base, f.soffset, f.offen) == ((5,), 6, 16, 128, True)
     f = one("global_store_b32 v1, v2, s[4:5] offset:-8")
     assert (f.addr, f.data, f.base, f.imm) == (1, (2,), 4, -8)
+
+
+def test_operands_the_model_does_not_know_stop_decoding_at_their_address() -> None:
+    with pytest.raises(Undecodable, match=r"at 0x4 .*trap register TTMP0"):  # a trap register is not the kernel's
+        instructions("s_nop 0\ns_mov_b32 s0, ttmp0")
