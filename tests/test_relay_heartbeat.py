@@ -160,10 +160,11 @@ class _PrivateStandIn:
 
     made: list[_PrivateStandIn] = []
 
-    def __init__(self, executor_cfg: dict, timeout_s: float) -> None:
+    def __init__(self, executor_cfg: dict, timeout_s: float, rows: int | None = None) -> None:
         self.sources: dict[str, bytes] = {}
         self.requests: list[CompileRequest] = []
         self.exited = False
+        self.rows = rows
         _PrivateStandIn.made.append(self)
 
     def __enter__(self) -> _PrivateStandIn:
@@ -219,6 +220,7 @@ def test_rows_left_by_a_lost_daemon_go_to_a_private_cluster(short_dir: Path, tmp
                                                      ("op/t/c", "private")]
     [private] = _PrivateStandIn.made
     assert [r.key for r in private.requests] == ["op/t/b", "op/t/c"] and private.sources == {"rmsnorm.py": b"source"}
+    assert private.rows == 2  # no more compile actors than the rows left
     assert private.exited
     [line] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert line.startswith("the standing cluster's daemon (pid 4242) ")
