@@ -1,18 +1,6 @@
 """The farm's side of a launch: a code object's ELF read (by farm/elf) into the plain values
-`amdgpu_models.core.kernel` describes a kernel with. What is read, all from the object itself (never assumed
-about the kernel):
-
-- the code: the `.text` section's bytes and address, and each kernel's entry address (its descriptor's
-  address plus the descriptor's KERNEL_CODE_ENTRY_BYTE_OFFSET);
-- the kernel descriptor (64 bytes in `.rodata` at the `<kernel>.kd` symbol): LDS and kernarg sizes, the
-  SGPRs the hardware initialises (user SGPRs from kernel_code_properties, then the workgroup ids from
-  COMPUTE_PGM_RSRC2), the VGPR work-item ids, wave32, and the float modes (round, denormals) from
-  COMPUTE_PGM_RSRC1;
-- the metadata note: the kernel arguments (offset, size, kind) and the required workgroup size.
-
-The layout is the one the LLVM AMDGPU backend documents for code object v4 and later ("Kernel Descriptor",
-"Initial Kernel Execution State").
-"""
+`amdgpu_models.core.kernel` describes a kernel with (its docstring lists them: the code, the kernel descriptor
+and the metadata note), all from the object itself, never assumed about the kernel."""
 
 from __future__ import annotations
 
