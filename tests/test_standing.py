@@ -133,3 +133,16 @@ def test_cluster_up_replaces_a_daemon_of_older_farm_code(tmp_path: Path) -> None
     finally:
         run_farm(project, "cluster", "down")
     assert not (where / "state.json").exists()
+
+
+def test_a_recorded_process_is_still_recognised_after_the_clock_moves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """psutil's create_time() is boot time (/proc/stat's btime) plus the start tick; btime moves by a second
+    when NTP slews the clock, and a daemon recorded before that read as 'gone' (its state was removed while it
+    ran). Identities are boot-relative now: a moved btime changes nothing."""
+    from farm.execute import processes
+
+    me = processes.identity(psutil.Process())
+    # psutil's Linux layer reads btime here (private, which is why only this test touches it).
+    monkeypatch.setattr(psutil._pslinux, "boot_time", lambda: 1e9)
+    assert verified(me) is not None
+    assert processes.recorded_by(psutil.Process()) == []  # no record of this process: read, never guessed

@@ -101,9 +101,9 @@ def test_stale_state_foreign_pid_is_never_signalled(tmp_path: Path) -> None:
         me = psutil.Process(foreign.pid)
         # The old format (a bare pid), and the new one whose start time and command line do not match.
         for state in ({"pid": foreign.pid, "address": "127.0.0.1:1", "num_cpus": 1},
-                      {"pid": foreign.pid, "daemon": {"pid": foreign.pid, "started": me.create_time() - 100,
+                      {"pid": foreign.pid, "daemon": {"pid": foreign.pid, "started": procs.started_at(me) - 100,
                                                       "cmdline": [sys.executable, "-m", "farm.execute.standing"]},
-                       "processes": [procs.identity(me) | {"started": me.create_time() - 100}],
+                       "processes": [procs.identity(me) | {"started": procs.started_at(me) - 100}],
                        "address": "127.0.0.1:1", "num_cpus": 1}):
             _write_state(project, state)
             down = run_farm(project, "cluster", "down", check=True)

@@ -28,13 +28,28 @@ class Identity(TypedDict):
     """What proves later that a pid is still the same process (JSON, as recorded on disk)."""
 
     pid: int
-    started: float
+    started: float  # seconds after boot (`started_at`)
     cmdline: list[str]
+
+
+def started_at(proc: psutil.Process) -> float:
+    """When `proc` started, in seconds after boot: /proc/<pid>/stat's starttime, which never changes for a
+    process. psutil's create_time() adds /proc/stat's btime, which moves by a second when the wall clock is
+    stepped or slewed (NTP), so a daemon recorded before such a move would no longer be recognised."""
+    try:
+        stat = Path(f"/proc/{proc.pid}/stat").read_bytes()
+    except FileNotFoundError:
+        raise psutil.NoSuchProcess(proc.pid) from None
+    except OSError as exc:
+        raise psutil.AccessDenied(proc.pid) from exc
+    # Fields after the command name (which may hold spaces and parentheses): state is the first, starttime
+    # (field 22 of proc(5)) the 20th.
+    return int(stat[stat.rindex(b")") + 2:].split()[19]) / os.sysconf("SC_CLK_TCK")
 
 
 def identity(proc: psutil.Process) -> Identity:
     """The identity of a running process: its pid, start time and command line."""
-    return {"pid": proc.pid, "started": proc.create_time(), "cmdline": proc.cmdline()}
+    return {"pid": proc.pid, "started": started_at(proc), "cmdline": proc.cmdline()}
 
 
 def identities(procs: Iterable[psutil.Process]) -> list[Identity]:
@@ -55,7 +70,7 @@ def verified(ident: object) -> psutil.Process | None:
         return None
     try:
         proc = psutil.Process(int(ident["pid"]))
-        if abs(proc.create_time() - float(ident["started"])) > 0.01:
+        if abs(started_at(proc) - float(ident["started"])) > 0.01:
             return None  # the pid now belongs to another process
         now, then = proc.cmdline(), list(ident["cmdline"])
     except (psutil.Error, KeyError, TypeError, ValueError):
@@ -105,7 +120,7 @@ def recorded_by(owner: psutil.Process) -> list[Identity]:
     """The Ray processes farm process `owner` recorded, if its record is that very process's (pid and start
     time); else none. What a daemon is stopped with, whatever its state file says."""
     try:
-        return _record_of(owner.pid, owner.create_time())
+        return _record_of(owner.pid, started_at(owner))
     except psutil.Error:
         return []
 
