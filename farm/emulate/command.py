@@ -29,7 +29,8 @@ from farm.core.canonical import canonical_json
 from farm.core.errors import FarmError
 from farm.emulate.isa import tools
 from farm.emulate.launch import NotLaunchable, load
-from farm.emulate.rmsnorm_check import Outcome, check
+from farm.emulate.outcome import CaseOutcome
+from farm.emulate.rmsnorm_check import check
 from farm.store.outtree import OutputDir
 from farm.table.config import FarmConfig
 from farm.table.rows import Row
@@ -44,7 +45,7 @@ class ObjectResult:
     key: str
     sha256: str | None = None
     seconds: float = 0.0
-    outcomes: list[Outcome] = field(default_factory=list)
+    outcomes: list[CaseOutcome] = field(default_factory=list)
     stopped: str | None = None  # why the object could not be run to the end
 
     @property
@@ -53,27 +54,28 @@ class ObjectResult:
 
     @property
     def max_err(self) -> float:
-        return max((v for o in self.outcomes for v in o.worst.values()), default=0.0)
+        return max((m.error for o in self.outcomes for m in o.measures), default=0.0)
 
     def line(self) -> str:
         if self.stopped:
             return f"OUTSIDE {self.key}: stopped: {self.stopped}"
-        worst: dict[str, tuple[float, float]] = {}
+        worst: dict[tuple[str, str], tuple[float, float]] = {}  # (output, criterion) -> (error, bound)
         for o in self.outcomes:
-            for name, value in o.worst.items():
-                if value >= worst.get(name, (-1.0, 0.0))[0]:
-                    worst[name] = (value, o.tolerance[name])
-        parts = ", ".join(f"{n} {v:.2e} (tolerance {t:.2e})" for n, (v, t) in worst.items())
+            for m in o.measures:
+                if m.error >= worst.get((m.output, m.criterion), (-1.0, 0.0))[0]:
+                    worst[(m.output, m.criterion)] = (m.error, m.bound)
+        parts = ", ".join(f"{out}{'' if crit == 'relative' else f' [{crit}]'} {v:.2e} (tolerance {t:.2e})"
+                          for (out, crit), (v, t) in worst.items())
         return f"{'within' if self.within else 'OUTSIDE'} {self.key}: {parts}; {len(self.outcomes)} cases in " \
                f"{self.seconds:.1f} s"
 
     def as_json(self) -> dict[str, object]:
         return {"key": self.key, "sha256": self.sha256, "seconds": round(self.seconds, 3), "within": self.within,
                 "stopped": self.stopped,
-                "cases": [{"m": o.case.m, "n": o.case.n, "eps": o.case.eps, "x_scale": o.case.scale,
-                           "num_programs": o.case.num_programs,
-                           "worst_error": {k: _json_number(v) for k, v in o.worst.items()}, "tolerance": o.tolerance,
-                           "within": o.within} for o in self.outcomes]}
+                "cases": [{**o.case.facts(), "within": o.within,
+                           "measures": [{"output": m.output, "criterion": m.criterion, "error": _json_number(m.error),
+                                         "bound": m.bound, "within": m.within} for m in o.measures]}
+                          for o in self.outcomes]}
 
 
 def _json_number(value: float) -> float | str:

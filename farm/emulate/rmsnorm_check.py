@@ -11,7 +11,7 @@ dgamma = sum over rows of dy * x_hat.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from amdgpu_models.core.memory import Memory
 from amdgpu_models.core.workgroup import Decoder, Launch, Runner
 from farm.emulate.launch import Kernel, NotLaunchable, Program
 from farm.emulate.numerics import BYTES, TOLERANCE, Form, decode, encode, errors
+from farm.emulate.outcome import CaseOutcome, Fact
 
 SEED = 20261202
 REDUCE_COLUMNS = 32  # columns per reduce workgroup (its SOURCE.md: grid ceil(N / 32))
@@ -32,18 +33,8 @@ class Case:
     scale: float  # x's spread: small values make eps matter
     num_programs: int = 1  # backward only
 
-
-@dataclass
-class Outcome:
-    """One case's worst error per output, against the output type's tolerance."""
-
-    case: Case
-    worst: dict[str, float] = field(default_factory=dict)
-    tolerance: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def within(self) -> bool:
-        return all(self.worst[name] <= self.tolerance[name] for name in self.worst)
+    def facts(self) -> dict[str, Fact]:
+        return asdict(self)
 
 
 def forward_cases(knobs: dict) -> list[Case]:
@@ -92,7 +83,7 @@ def _block(kernel: Kernel) -> tuple[int, int, int]:
     return kernel.workgroup_size
 
 
-def run_forward(program: Program, knobs: dict, case: Case, rng: np.random.Generator, decoder: Decoder) -> Outcome:
+def run_forward(program: Program, knobs: dict, case: Case, rng: np.random.Generator, decoder: Decoder) -> CaseOutcome:
     form = Form.of(str(knobs["dtype"]))
     kernel = _kernel(program, "rmsnorm_fwd_0")
     x = encode(rng.standard_normal((case.m, case.n)) * case.scale, form.data)
@@ -106,7 +97,7 @@ def run_forward(program: Program, knobs: dict, case: Case, rng: np.random.Genera
 
     xs, g = decode(x, form.data).reshape(case.m, case.n), decode(gamma, form.gamma)
     inv_rms = 1.0 / np.sqrt(np.mean(xs * xs, axis=1) + np.float64(np.float32(case.eps)))
-    outcome = Outcome(case)
+    outcome = CaseOutcome(case)
     y = decode(memory.contents(at_y), form.data).reshape(case.m, case.n)
     _score(outcome, "y", y, xs * inv_rms[:, None] * g, form.data)
     if knobs.get("phase") == "train":
@@ -116,7 +107,7 @@ def run_forward(program: Program, knobs: dict, case: Case, rng: np.random.Genera
 
 
 def run_backward(program: Program, knobs: dict, case: Case, rng: np.random.Generator, decoder: Decoder,
-                 ) -> Outcome:
+                 ) -> CaseOutcome:
     form = Form.of(str(knobs["dtype"]))
     partial, reduce = _kernel(program, "rmsnorm_bwd_partial"), _kernel(program, "rmsnorm_bwd_reduce")
     m, n, p = case.m, case.n, case.num_programs
@@ -141,7 +132,7 @@ def run_backward(program: Program, knobs: dict, case: Case, rng: np.random.Gener
 
     r = inv_rms.astype(np.float64)[:, None]
     x_hat, wdy = xs * r, g * dys
-    outcome = Outcome(case)
+    outcome = CaseOutcome(case)
     dx = decode(memory.contents(at["dx"]), form.data).reshape(m, n)
     _score(outcome, "dx", dx, r * (wdy - x_hat * np.mean(x_hat * wdy, axis=1, keepdims=True)), form.data)
     dgamma = decode(memory.contents(at["dgamma"]), form.gamma)
@@ -149,12 +140,11 @@ def run_backward(program: Program, knobs: dict, case: Case, rng: np.random.Gener
     return outcome
 
 
-def _score(outcome: Outcome, name: str, out: np.ndarray, ref: np.ndarray, dtype: str) -> None:
-    outcome.worst[name] = float(np.max(errors(out, ref)))
-    outcome.tolerance[name] = TOLERANCE[dtype]
+def _score(outcome: CaseOutcome, name: str, out: np.ndarray, ref: np.ndarray, dtype: str) -> None:
+    outcome.add(name, "relative", float(np.max(errors(out, ref))), TOLERANCE[dtype])
 
 
-def check(program: Program, op: str, knobs: dict, decoder: Decoder) -> list[Outcome]:
+def check(program: Program, op: str, knobs: dict, decoder: Decoder) -> list[CaseOutcome]:
     """Every case of one object, inputs seeded by the case (the same inputs on every run). `decoder`: the
     ISA's (amdgpu_models.isa.gfx11.decode with LLVM's llvm-mc bound)."""
     if op == "rmsnorm":
