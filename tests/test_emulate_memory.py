@@ -102,6 +102,27 @@ def test_global_store_and_its_bounds() -> None:
                     instructions("global_store_b32 v0, v1, s[2:3] offset:4\ns_endpgm"), memory, Lds.of_size(0))
 
 
+
+def test_guard_bytes_take_a_stray_write_and_name_the_buffer() -> None:
+    memory = Memory()
+    out = memory.allocate("out", bytes(128), guard=32)
+    other = memory.allocate("other", bytes(64), guard=32)
+    assert out % 16 == 0 and not memory.damaged_guards()
+    lanes = (np.arange(32) * 4).astype(np.uint32)
+    # lane 31 stores 4 bytes past the end of "out": inside its trailing guard, so the run goes on
+    run_program(wave_with({2: out & 0xFFFFFFFF, 3: out >> 32}, {0: lanes, 1: np.arange(32, dtype=np.uint32)}),
+                instructions("global_store_b32 v0, v1, s[2:3] offset:4\ns_endpgm"), memory, Lds.of_size(0))
+    assert memory.damaged_guards() == ["out"]
+    assert memory.contents(out).view(np.uint32).tolist() == [0] + list(range(31))
+    # a load from the leading guard of "other" reads the pattern (NaN as f32), past it is a bounds error
+    wave = wave_with({2: (other - 32) & 0xFFFFFFFF, 3: other >> 32})
+    run_program(wave, instructions("s_load_b32 s8, s[2:3], 0x0\ns_endpgm"), memory, Lds.of_size(0))
+    assert np.isnan(np.array([wave.sgpr[8]], dtype=np.uint32).view(np.float32)[0])
+    wave = wave_with({2: (other - 36) & 0xFFFFFFFF, 3: other >> 32})
+    with pytest.raises(BoundsError, match="s_load_b32"):
+        run_program(wave, instructions("s_load_b32 s8, s[2:3], 0x0\ns_endpgm"), memory, Lds.of_size(0))
+    assert memory.damaged_guards() == ["out"]  # reads leave guards as they are
+
 def test_lds_loads_and_stores() -> None:
     lds = Lds.of_size(512)
     wave = wave_with({}, {0: (np.arange(32) * 4).astype(np.uint32), 1: np.arange(32, dtype=np.uint32) + 1000})

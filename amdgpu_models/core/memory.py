@@ -5,6 +5,13 @@ address, with unmapped gaps between them: an access that leaves its allocation i
 address, never a read of a neighbour. The one exception is what a buffer resource descriptor itself says
 (RDNA3 ISA guide, "Buffer Instructions": a raw buffer's dword at or past NUM_RECORDS reads 0 and its write
 is dropped), which `buffer_*` instructions apply before memory is touched.
+
+A buffer can be allocated with guard bytes on both sides (`allocate(..., guard=n)`): `n` bytes of a known
+pattern (GUARD_WORD repeated: a NaN as f16, bf16 and f32, so a kernel that reads them computes NaN) that
+belong to the allocation, so an access to them is not a BoundsError, but that no kernel should write.
+`damaged_guards()` names every buffer whose guard bytes changed: a write just outside a buffer is found
+after the run, as on hardware it would silently land in a neighbour. Past the guards the bounds hold as
+before.
 """
 
 from __future__ import annotations
@@ -15,6 +22,12 @@ import numpy as np
 
 FIRST_ADDRESS = 0x1_0000_0000  # above 4 GiB, so a 32-bit offset mistaken for an address misses everything
 GAP = 0x1_0000  # unmapped bytes after each allocation
+GUARD_WORD = b"\xff\x7f\xff\x7f"  # 0x7FFF7FFF: NaN as f32, and each half NaN as f16 and bf16
+
+
+def guard_pattern(size: int) -> np.ndarray:
+    """`size` bytes of the guard pattern (uint8)."""
+    return np.frombuffer(GUARD_WORD * (size // 4 + 1), dtype=np.uint8)[:size].copy()
 
 
 class BoundsError(RuntimeError):
@@ -24,8 +37,26 @@ class BoundsError(RuntimeError):
 @dataclass
 class Allocation:
     name: str
-    base: int
-    data: np.ndarray  # uint8
+    start: int  # address of region[0]
+    region: np.ndarray  # uint8: `guard` bytes, the buffer, `guard` bytes
+    guard: int = 0
+
+    @property
+    def base(self) -> int:
+        """The buffer's first byte (after its leading guard)."""
+        return self.start + self.guard
+
+    @property
+    def data(self) -> np.ndarray:
+        """The buffer's bytes (a view, without the guards)."""
+        return self.region[self.guard:len(self.region) - self.guard]
+
+    def guards_intact(self) -> bool:
+        if not self.guard:
+            return True
+        expected = guard_pattern(self.guard)
+        return bool(np.array_equal(self.region[:self.guard], expected)
+                    and np.array_equal(self.region[len(self.region) - self.guard:], expected))
 
 
 @dataclass
@@ -33,14 +64,22 @@ class Memory:
     allocations: list[Allocation] = field(default_factory=list)
     next_address: int = FIRST_ADDRESS
 
-    def allocate(self, name: str, data: bytes | np.ndarray) -> int:
-        """Places a copy of `data` at a fresh address; returns the address."""
-        raw = np.frombuffer(bytes(data), dtype=np.uint8).copy() if isinstance(data, bytes) else \
-            np.ascontiguousarray(data).view(np.uint8).reshape(-1).copy()
-        base = self.next_address
-        self.allocations.append(Allocation(name, base, raw))
-        self.next_address = (base + len(raw) + GAP + 0xFFFF) & ~0xFFFF
-        return base
+    def allocate(self, name: str, data: bytes | np.ndarray, guard: int = 0) -> int:
+        """Places a copy of `data` at a fresh address, with `guard` bytes of the guard pattern on each side;
+        returns the address of its first byte (`guard` a multiple of 16 keeps it 16-byte aligned)."""
+        raw = np.frombuffer(bytes(data), dtype=np.uint8) if isinstance(data, bytes) else \
+            np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+        if guard < 0:
+            raise ValueError(f"a guard of {guard} bytes")
+        region = np.concatenate([guard_pattern(guard), raw, guard_pattern(guard)])
+        start = self.next_address
+        self.allocations.append(Allocation(name, start, region, guard))
+        self.next_address = (start + len(region) + GAP + 0xFFFF) & ~0xFFFF
+        return start + guard
+
+    def damaged_guards(self) -> list[str]:
+        """The names of the buffers whose guard bytes are no longer the pattern, in allocation order."""
+        return [a.name for a in self.allocations if not a.guards_intact()]
 
     def contents(self, base: int) -> np.ndarray:
         """The bytes of the allocation at `base` (a view: what the kernel wrote)."""
@@ -50,15 +89,16 @@ class Memory:
         raise KeyError(f"no allocation at {base:#x}")
 
     def _find(self, address: int, size: int, what: str) -> tuple[Allocation, int]:
+        """The allocation holding `size` bytes at `address` (guards included) and the offset in its region."""
         for allocation in self.allocations:
-            offset = address - allocation.base
-            if 0 <= offset and offset + size <= len(allocation.data):
+            offset = address - allocation.start
+            if 0 <= offset and offset + size <= len(allocation.region):
                 return allocation, offset
         raise BoundsError(f"{what} of {size} bytes at {address:#x} is outside every buffer")
 
     def read(self, address: int, size: int, what: str = "a load") -> bytes:
         allocation, offset = self._find(address, size, what)
-        return allocation.data[offset:offset + size].tobytes()
+        return allocation.region[offset:offset + size].tobytes()
 
     def gather(self, addresses: np.ndarray, size: int, active: np.ndarray, what: str) -> np.ndarray:
         """Per active lane, `size` (1, 2 or 4) bytes at its address as one little-endian value (0 elsewhere)."""
@@ -66,10 +106,10 @@ class Memory:
         lanes = np.flatnonzero(active)
         if not len(lanes):
             return out
-        allocation, start = self._span(addresses[lanes], size, what)
-        offsets = addresses[lanes].astype(np.int64) - allocation.base
+        allocation, _ = self._span(addresses[lanes], size, what)
+        offsets = addresses[lanes].astype(np.int64) - allocation.start
         for k in range(size):  # byte k of every lane at once
-            out[lanes] |= allocation.data[offsets + k].astype(np.uint32) << np.uint32(8 * k)
+            out[lanes] |= allocation.region[offsets + k].astype(np.uint32) << np.uint32(8 * k)
         return out
 
     def scatter(self, addresses: np.ndarray, values: np.ndarray, size: int, active: np.ndarray, what: str,
@@ -80,9 +120,9 @@ class Memory:
         if not len(lanes):
             return
         allocation, _ = self._span(addresses[lanes], size, what)
-        offsets = addresses[lanes].astype(np.int64) - allocation.base
+        offsets = addresses[lanes].astype(np.int64) - allocation.start
         for k in range(size):
-            allocation.data[offsets + k] = (values[lanes] >> np.uint32(8 * k) & 0xFF).astype(np.uint8)
+            allocation.region[offsets + k] = (values[lanes] >> np.uint32(8 * k) & 0xFF).astype(np.uint8)
 
     def _span(self, addresses: np.ndarray, size: int, what: str) -> tuple[Allocation, int]:
         """The one allocation holding every address (each lane checked on its own when they differ)."""
