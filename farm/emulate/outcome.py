@@ -29,6 +29,7 @@ class Measure:
     criterion: str  # how `error` is measured, e.g. "relative", "3x low-precision reference"
     error: float
     bound: float
+    dtype: str = ""  # the output's element type ("bf16", "f16", "f32"): the command's table has a column each
 
     @property
     def within(self) -> bool:
@@ -40,8 +41,8 @@ class CaseOutcome:
     case: Case
     measures: list[Measure] = field(default_factory=list)
 
-    def add(self, output: str, criterion: str, error: float, bound: float) -> None:
-        self.measures.append(Measure(output, criterion, error, bound))
+    def add(self, output: str, criterion: str, error: float, bound: float, dtype: str = "") -> None:
+        self.measures.append(Measure(output, criterion, error, bound, dtype))
 
     @property
     def within(self) -> bool:

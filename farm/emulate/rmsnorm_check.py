@@ -141,7 +141,7 @@ def run_backward(program: Program, knobs: dict, case: Case, rng: np.random.Gener
 
 
 def _score(outcome: CaseOutcome, name: str, out: np.ndarray, ref: np.ndarray, dtype: str) -> None:
-    outcome.add(name, "relative", float(np.max(errors(out, ref))), TOLERANCE[dtype])
+    outcome.add(name, "relative", float(np.max(errors(out, ref))), TOLERANCE[dtype], dtype)
 
 
 def check(program: Program, op: str, knobs: dict, decoder: Decoder) -> list[CaseOutcome]:
