@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import shlex
@@ -249,7 +250,23 @@ def small_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def built(small_project: Path) -> Path:
-    """The small project built once into its outputs/ (every target: real compiles)."""
-    run_farm(small_project, "build", check=True)
+def built(small_project: Path, tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """The small project built once into its outputs/ (every target: real compiles). Under pytest-xdist the
+    first worker to get here builds and leaves its outputs/ and build reports beside the workers' temporary
+    directories; the others copy them into their own project (the same bytes a build of theirs would write:
+    tests/test_audit.py shows a rebuild anywhere is identical), so the small tree compiles once a session."""
+    if worker_id == "master":
+        run_farm(small_project, "build", check=True)
+        return small_project
+    shared = tmp_path_factory.getbasetemp().parent / "built"
+    with open(f"{shared}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (shared / "done").exists():
+            run_farm(small_project, "build", check=True)
+            for name in ("outputs", ".farm/reports"):
+                shutil.copytree(small_project / name, shared / name, symlinks=True)
+            (shared / "done").touch()
+            return small_project
+    for name in ("outputs", ".farm/reports"):
+        shutil.copytree(shared / name, small_project / name, symlinks=True)
     return small_project
