@@ -16,6 +16,7 @@ The layout is the one the LLVM AMDGPU backend documents for code object v4 and l
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 
@@ -122,6 +123,7 @@ class Descriptor:
 
     @property
     def ieee_mode(self) -> bool:
+        """COMPUTE_PGM_RSRC1.IEEE_MODE (GFX6-GFX11; GFX12 has no such mode bit: the bit is reserved, 0)."""
         return bool(self.rsrc1 >> 23 & 1)
 
     @property
@@ -149,6 +151,21 @@ class Program:
     text: bytes
     text_address: int
     kernels: dict[str, Kernel]
+
+    @property
+    def generation(self) -> int:
+        """The GFX major version of the target (11 for gfx1100 or gfx11-generic, 12 for gfx12-generic, 9 for
+        gfx942): the launch conventions LLVM documents per generation follow from it."""
+        found = re.search(r"gfx(\d+)(?:-\d+)?-generic$|gfx(\d+)[0-9a-f]{2}$", self.target)
+        if found is None:
+            raise NotLaunchable(f"no GFX processor in the target {self.target!r}")
+        return int(found.group(1) or found.group(2))
+
+    @property
+    def architected_workgroup_ids(self) -> bool:
+        """GFX12 and later (LLVM's FeatureArchitectedSGPRs): the hardware puts the workgroup ids in trap registers,
+        x in ttmp9 and y, z in ttmp7's low and high halves, not in system SGPRs after the user SGPRs."""
+        return self.generation >= 12
 
     def code_at(self, address: int, length: int) -> bytes:
         """`length` bytes of code from `address`; outside `.text` is an error naming the address."""

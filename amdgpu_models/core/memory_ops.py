@@ -16,20 +16,21 @@ from amdgpu_models.core.instruction import Fields, Instruction
 from amdgpu_models.core.memory import Lds, Memory
 from amdgpu_models.core.wave import NULL, Unsupported, Wave
 
-SMEM_DWORDS = {"s_load_b32": 1, "s_load_b64": 2, "s_load_b128": 4, "s_load_b256": 8}
+SMEM_DWORDS = {"s_load_b32": 1, "s_load_b64": 2, "s_load_b96": 3, "s_load_b128": 4, "s_load_b256": 8}
+CACHE_CONTROL = ("buffer_gl0_inv", "global_inv")  # invalidates: the model has no caches
 BUFFER = {"buffer_load_u16": ("load", 2, 1), "buffer_load_b32": ("load", 4, 1),
           "buffer_load_b128": ("load", 4, 4), "buffer_store_b16": ("store", 2, 1),
           "buffer_store_b32": ("store", 4, 1), "buffer_store_b128": ("store", 4, 4)}
 RAW_OOB_SELECT = 3
 DS = ("ds_store_b32", "ds_load_2addr_b32", "ds_load_b32", "ds_load_b64", "ds_load_b128")
-MNEMONICS = frozenset({*SMEM_DWORDS, *BUFFER, *DS, "buffer_gl0_inv", "global_store_b32"})
+MNEMONICS = frozenset({*SMEM_DWORDS, *BUFFER, *DS, *CACHE_CONTROL, "global_store_b32"})
 
 
 def run_memory(wave: Wave, inst: Instruction, f: Fields, memory: Memory, lds: Lds) -> None:
     name = inst.name
     if name in SMEM_DWORDS:
         _smem(wave, inst, f, memory, SMEM_DWORDS[name])
-    elif name == "buffer_gl0_inv":  # a cache invalidate: the model has no caches
+    elif name in CACHE_CONTROL:
         return
     elif name in BUFFER:
         _buffer(wave, inst, f, memory, *BUFFER[name])

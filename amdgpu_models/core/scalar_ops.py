@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
+from amdgpu_models.core.floats import fma_odd
 from amdgpu_models.core.instruction import Fields, Instruction
 from amdgpu_models.core.wave import EXEC_LO, VCC_LO, Unsupported, Wave
 
 MASK32 = 0xFFFFFFFF
+MASK64 = 0xFFFFFFFFFFFFFFFF
 
 
 def _s32(value: int) -> int:
@@ -75,7 +79,65 @@ def _and_saveexec(w: Wave, s: tuple[int, ...], f: Fields) -> None:
     w.scc = new != 0
 
 
+def _f32(bits: int) -> np.float32:
+    return np.array([bits & MASK32], dtype=np.uint32).view(np.float32)[0]
+
+
+def _bits(value: np.floating) -> int:
+    return int(np.array([value], dtype=np.float32).view(np.uint32)[0])
+
+
+def _float(op: Callable[..., np.floating]) -> Callable[[Wave, tuple[int, ...], Fields], None]:
+    """An SALU binary32 operation (RDNA4; round to nearest even, denormals kept: the only float mode the launch
+    accepts). s_fmac_f32's third source is its destination (LLVM's tied operand)."""
+    def run(w: Wave, s: tuple[int, ...], f: Fields) -> None:
+        with np.errstate(all="ignore"):
+            _result(w, f, _bits(op(*(_f32(v) for v in s))))
+    return run
+
+
+def _fmac(a: np.float32, b: np.float32, c: np.float32) -> np.floating:
+    return fma_odd(np.array([a]), np.array([b]), np.array([c])).astype(np.float32)[0]
+
+
+def _add_nc_u64(w: Wave, f: Fields) -> None:
+    w.write_scalar64(f.dst, w.scalar64(f.src[0], f.lit(0)) + w.scalar64(f.src[1], f.lit(1)) & MASK64)
+
+
+def _mul_u64(w: Wave, f: Fields) -> None:
+    w.write_scalar64(f.dst, w.scalar64(f.src[0], f.lit(0)) * w.scalar64(f.src[1], f.lit(1)) & MASK64)
+
+
+SOP64: dict[str, Callable[[Wave, Fields], None]] = {  # 64-bit sources and result, SCC unchanged (RDNA4)
+    "s_add_nc_u64": _add_nc_u64,
+    "s_mul_u64": _mul_u64,
+}
+
+# RDNA4's pseudo-scalar transcendentals (VOP3 encoded, LLVM's V_S_*_e64): one binary32 scalar value in, an SGPR
+# out, EXEC not involved; VOP3's abs and neg apply. The model returns the correctly rounded square root and
+# reciprocal (the ISA documents them to 1 ULP, as v_sqrt_f32 / v_rcp_f32).
+PSEUDO_SCALAR: dict[str, Callable[[np.float32], np.floating]] = {
+    "v_s_sqrt_f32": np.sqrt,
+    "v_s_rcp_f32": lambda a: np.float32(1) / a,
+}
+
+
+def _pseudo_scalar(wave: Wave, inst: Instruction, f: Fields) -> None:
+    if f.clamp or f.omod:
+        raise Unsupported(f"{inst.name} at {inst.address:#x} with clamp or an output modifier")
+    bits = wave.scalar(f.src[0], f.lit(0))
+    bits = bits & 0x7FFFFFFF if f.abs & 1 else bits
+    bits = bits ^ 0x80000000 if f.neg & 1 else bits
+    with np.errstate(all="ignore"):
+        wave.write_scalar(f.dst, _bits(PSEUDO_SCALAR[inst.name](_f32(bits))))
+
+
 SOP: dict[str, Callable[[Wave, tuple[int, ...], Fields], None]] = {
+    "s_add_f32": _float(lambda a, b: a + b),
+    "s_sub_f32": _float(lambda a, b: a - b),
+    "s_mul_f32": _float(lambda a, b: a * b),
+    "s_fmac_f32": _float(_fmac),
+    "s_cvt_f32_i32": lambda w, s, f: _result(w, f, _bits(np.float32(_s32(s[0])))),
     "s_mov_b32": lambda w, s, f: _result(w, f, s[0]),
     "s_and_saveexec_b32": _and_saveexec,
     "s_add_u32": _add_u32,
@@ -100,19 +162,35 @@ SOPC: dict[str, Callable[[int, int], bool]] = {
     "s_cmp_lg_u32": lambda a, b: a != b,
     "s_cmp_lt_u32": lambda a, b: a < b,
     "s_bitcmp1_b32": lambda a, b: bool(a >> (b & 31) & 1),
+    # RDNA4's binary32 compares: ordered ones are false when either operand is a NaN, s_cmp_neq/u true
+    "s_cmp_lt_f32": lambda a, b: bool(_f32(a) < _f32(b)),
+    "s_cmp_gt_f32": lambda a, b: bool(_f32(a) > _f32(b)),
+    "s_cmp_le_f32": lambda a, b: bool(_f32(a) <= _f32(b)),
+    "s_cmp_ge_f32": lambda a, b: bool(_f32(a) >= _f32(b)),
+    "s_cmp_eq_f32": lambda a, b: bool(_f32(a) == _f32(b)),
+    "s_cmp_lg_f32": lambda a, b: bool(_f32(a) < _f32(b) or _f32(a) > _f32(b)),
+    "s_cmp_neq_f32": lambda a, b: not bool(_f32(a) == _f32(b)),
+    "s_cmp_o_f32": lambda a, b: not (np.isnan(_f32(a)) or np.isnan(_f32(b))),
+    "s_cmp_u_f32": lambda a, b: bool(np.isnan(_f32(a)) or np.isnan(_f32(b))),
 }
 
 # Instructions that only order or pace execution: a model that finishes each instruction before starting the
 # next has nothing to wait for.
 NO_EFFECT = {"s_nop", "s_set_inst_prefetch_distance", "s_clause", "s_delay_alu", "s_waitcnt_depctr", "s_waitcnt",
-             "s_waitcnt_vscnt"}
+             "s_waitcnt_vscnt",
+             # RDNA4's split counters (each counter waited on by its own instruction)
+             "s_wait_loadcnt", "s_wait_storecnt", "s_wait_dscnt", "s_wait_kmcnt", "s_wait_loadcnt_dscnt",
+             "s_wait_storecnt_dscnt", "s_wait_samplecnt", "s_wait_bvhcnt", "s_wait_expcnt"}
+BARRIER_WORKGROUP = 0xFFFF  # RDNA4's s_barrier_signal / s_barrier_wait -1: the workgroup's barrier
 SENDMSG_DEALLOC_VGPRS = 3  # the one message the kernels send: release VGPRs before s_endpgm (a no-op here)
 
 
 BRANCHES = ("s_branch", "s_cbranch_scc0", "s_cbranch_scc1", "s_cbranch_vccz", "s_cbranch_vccnz", "s_cbranch_execz")
 # What this module runs (s_barrier is the workgroup's; s_code_end is padding and stops a wave that reaches it).
-MNEMONICS = frozenset({*SOP, *SOPC, *NO_EFFECT, *BRANCHES, "s_lshl_b64", "s_movk_i32", "s_cmpk_lt_i32", "s_endpgm",
-                       "s_sendmsg", "s_barrier", "s_code_end"})
+# RDNA4 splits s_barrier into s_barrier_signal (this wave has arrived) and s_barrier_wait (the workgroup's).
+MNEMONICS = frozenset({*SOP, *SOP64, *SOPC, *PSEUDO_SCALAR, *NO_EFFECT, *BRANCHES, "s_lshl_b64", "s_movk_i32",
+                       "s_cmpk_lt_i32", "s_endpgm", "s_sendmsg", "s_barrier", "s_barrier_signal", "s_barrier_wait",
+                       "s_code_end"})
 
 
 def run_scalar(wave: Wave, inst: Instruction, f: Fields) -> bool:
@@ -124,6 +202,15 @@ def run_scalar(wave: Wave, inst: Instruction, f: Fields) -> bool:
         _lshl_b64(wave, _sources(wave, inst, f), f, inst)
     elif name in SOP:
         SOP[name](wave, _sources(wave, inst, f), f)
+    elif name in PSEUDO_SCALAR:
+        _pseudo_scalar(wave, inst, f)
+    elif name in SOP64:
+        SOP64[name](wave, f)
+    elif name == "s_barrier_signal":  # the wait (workgroup.py) is where a wave stops
+        if f.imm != BARRIER_WORKGROUP:
+            raise Unsupported(f"s_barrier_signal {_sext16(f.imm)} at {inst.address:#x}: only the workgroup "
+                              "barrier (-1) is modelled")
+        wave.barrier_signalled = True
     elif name in SOPC:
         a, b = _sources(wave, inst, f)
         wave.scc = SOPC[name](a, b)

@@ -62,6 +62,8 @@ class Wave:
         self.pc = 0
         self.done = False
         self.at_barrier = False
+        self.barrier_signalled = False  # RDNA4: s_barrier_signal ran, its s_barrier_wait not yet
+        self.trap_registers: frozenset[int] = frozenset()  # trap registers the launch filled (operand codes)
 
     # -- masks -------------------------------------------------------------------------------------------
 
@@ -105,7 +107,7 @@ class Wave:
 
     def scalar(self, code: int, literal: int | None, half: bool = False) -> int:
         """A 32-bit scalar source (an SGPR, VCC, M0, EXEC, SCC, an inline constant or the literal)."""
-        if TTMP_FIRST <= code <= TTMP_LAST:
+        if TTMP_FIRST <= code <= TTMP_LAST and code not in self.trap_registers:
             raise Unsupported(f"scalar operand code {code} (a trap register)")
         if code < SCALAR_CODES and code != NULL:
             return int(self.sgpr[code])

@@ -16,14 +16,16 @@ import numpy as np
 from amdgpu_models.core.instruction import Instruction
 from amdgpu_models.core.kernel import Kernel, Program
 from amdgpu_models.core.memory import Lds, Memory
+from amdgpu_models.core.scalar_ops import BARRIER_WORKGROUP
 from amdgpu_models.core.step import step
-from amdgpu_models.core.wave import EXEC_LO, LANES, Unsupported, Wave
+from amdgpu_models.core.wave import EXEC_LO, LANES, TTMP_FIRST, Unsupported, Wave
 
 VGPR_GRANULE_WAVE32 = 8  # COMPUTE_PGM_RSRC1.GRANULATED_WORKITEM_VGPR_COUNT counts blocks of 8 in wave32
 MAX_STEPS = 5_000_000  # per workgroup: a kernel that never ends is an error, not a hang
 MAX_LDS_BYTES = 65536  # RDNA3's LDS per workgroup
 MAX_KERNARG_BYTES = 4096
 MAX_WORKGROUP = 1024  # work-items per workgroup
+TTMP7, TTMP9 = TTMP_FIRST + 7, TTMP_FIRST + 9  # GFX12's architected workgroup ids: y | z << 16, and x
 
 
 @dataclass(frozen=True)
@@ -43,8 +45,9 @@ class Runner:
     """One kernel's decoded code, reused by every workgroup of a launch."""
 
     def __init__(self, program: Program, kernel: Kernel, decoder: Decoder) -> None:
-        _check_supported(kernel)
+        _check_supported(kernel, program.generation)
         self.kernel = kernel
+        self.architected_ids = program.architected_workgroup_ids
         start = kernel.entry - program.text_address
         code = program.text[start:]
         self.code = {inst.address: (inst, inst.fields) for inst in decoder(code, kernel.entry)}
@@ -88,8 +91,13 @@ class Runner:
                 raise Unsupported(f"user SGPR {name} is not modelled")
             wave.sgpr[at] = launch.kernarg_address & 0xFFFFFFFF
             wave.sgpr[at + 1] = launch.kernarg_address >> 32
-        for axis, sgpr in d.workgroup_id_sgprs.items():
-            wave.sgpr[sgpr] = group["xyz".index(axis)]
+        if self.architected_ids:  # the descriptor's enable bits still say which ids the kernel uses
+            wave.sgpr[TTMP9] = group[0]
+            wave.sgpr[TTMP7] = group[1] & 0xFFFF | (group[2] & 0xFFFF) << 16
+            wave.trap_registers = frozenset({TTMP7, TTMP9})
+        else:
+            for axis, sgpr in d.workgroup_id_sgprs.items():
+                wave.sgpr[sgpr] = group["xyz".index(axis)]
         local = first + np.arange(LANES)
         wave.vgpr[0] = np.where(local < size, local, 0).astype(np.uint32)  # x only: y and z are 0
         wave.sgpr[EXEC_LO] = Wave.bits_of(local < size)
@@ -104,7 +112,12 @@ class Runner:
                 raise Unsupported(f"the program counter {wave.pc:#x} is not at an instruction")
             inst, f = found
             steps += 1
-            if inst.name == "s_barrier":
+            if inst.name == "s_barrier_wait":  # RDNA4: the wave has signalled (s_barrier_signal) before
+                if f.imm != BARRIER_WORKGROUP or not wave.barrier_signalled:
+                    raise Unsupported(f"s_barrier_wait {f.imm:#x} at {inst.address:#x} without this wave's "
+                                      "s_barrier_signal -1 (only the workgroup barrier is modelled)")
+                wave.barrier_signalled = False
+            if inst.name in ("s_barrier", "s_barrier_wait"):
                 wave.pc += inst.size
                 wave.at_barrier = True
                 return steps
@@ -114,7 +127,7 @@ class Runner:
         return steps
 
 
-def _check_supported(kernel: Kernel) -> None:
+def _check_supported(kernel: Kernel, generation: int) -> None:
     """The descriptor settings the model implements; anything else stops before the first instruction."""
     d = kernel.descriptor
     if not d.wave32 or kernel.wavefront_size != LANES:
@@ -126,7 +139,7 @@ def _check_supported(kernel: Kernel) -> None:
         raise Unsupported(f"{kernel.name}: the float mode (round {d.round_mode_32}/{d.round_mode_16_64}, denormals "
                           f"{d.denorm_mode_32}/{d.denorm_mode_16_64}) is not the one modelled (nearest even, "
                           "denormals kept)")
-    if not d.ieee_mode:
+    if generation < 12 and not d.ieee_mode:  # GFX12 has no IEEE mode bit
         raise Unsupported(f"{kernel.name}: only IEEE mode is modelled")
     # The object is data: sizes past what the hardware allows are refused before anything is allocated.
     if d.group_segment_bytes > MAX_LDS_BYTES:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from amdgpu_models.core import memory_ops, scalar_ops, vector_ops
 from amdgpu_models.core.instruction import Fields, Instruction
-from amdgpu_models.core.wave import LITERAL, NULL, SCC, VGPR_BASE, Unsupported
+from amdgpu_models.core.wave import LITERAL, NULL, SCC, TTMP_FIRST, VGPR_BASE, Unsupported
 from amdgpu_models.disasm import Imm, McOperand, Reg, Undecodable, disassemble
 from amdgpu_models.disasm import Instruction as LlvmInstruction
 
@@ -42,7 +42,8 @@ class Isa:
     aliases: dict[str, str] = field(default_factory=dict)  # this ISA's mnemonic -> the core's name
     flat_offset_bits: int = 13  # LLVM's MCInst holds a global access's signed offset as this many bits
     vop3_without_suffix: bool = False  # gfx9: VOP3-only opcodes have no _e64 in LLVM's names
-    mattr: str = ""
+    mattr: str = ""  # llvm-mc's -mattr: target features the objects are compiled with that LLVM does not assume
+    ttmps: frozenset[int] = frozenset()  # trap registers a kernel reads (gfx12: the workgroup ids in ttmp7, ttmp9)
 
     def semantics(self, name: str) -> tuple[str, str] | None:
         """(core name, kind) of one of this ISA's mnemonics; None when the model does not run it here."""
@@ -87,12 +88,21 @@ def instruction(isa: Isa, inst: LlvmInstruction) -> Instruction:
         if isa.semantics(name_y) is None:
             raise Unsupported(f"{name_y or 'a VOPD second operation'} at {inst.address:#x} is not implemented")
     try:
+        _check_ttmps(inst, isa)
         fields = _fields(form, name, opcode, inst, name_y, isa)
     except (IndexError, ValueError) as exc:
         raise Undecodable(inst.address, inst.encoding, f"the operands of {inst.text} ({inst.opcode}) do not fit "
                           f"the {form} form the model knows: {exc}") from None
     dpp = int.from_bytes(inst.encoding[4:8], "little") if opcode.endswith("_dpp") else None
     return Instruction(inst.address, inst.size, core, form, kind, fields, inst.opcode, name_y, dpp)
+
+
+def _check_ttmps(inst: LlvmInstruction, isa: Isa) -> None:
+    """A trap register is not the kernel's, except those the ISA's launch fills (architected workgroup ids)."""
+    for op in inst.mc_operands:
+        match = _REG.match(op.name) if isinstance(op, Reg) else None
+        if match and match.group(1) == "TTMP" and int(match.group(2)) not in isa.ttmps:
+            raise ValueError(f"trap register {op.name}")
 
 
 def _form(opcode: str, isa: Isa) -> str:
@@ -130,8 +140,8 @@ def _reg(op: McOperand) -> tuple[int, bool]:
     if match is None:
         raise ValueError(f"register {op.name} is not one the model knows")
     kind, number, half = match.group(1), int(match.group(2)), match.group(3)
-    if kind == "TTMP":
-        raise ValueError(f"trap register {op.name}")
+    if kind == "TTMP":  # instruction() has refused those the ISA does not let a kernel read
+        return TTMP_FIRST + number, False
     return (VGPR_BASE + number if kind == "VGPR" else number), half == "_HI16"
 
 
@@ -233,10 +243,12 @@ def _vop3(form: str, name: str, inst: LlvmInstruction, ops: list[McOperand]) -> 
     two_results = name.startswith("v_div_scale")
     destinations = 0 if name.startswith("v_cmpx_") else 2 if two_results else 1
     count = _text_operands(inst.operands.split(" op_sel")[0]) - destinations
-    has_mods = _has_mods(name)
+    true16 = "_t16_" in inst.opcode  # real true16: every source has a modifier word, and an op_sel operand ends
+    has_mods = None if true16 else _has_mods(name)
     at, dst, sdst = 0, 0, NULL
+    dst_high = False
     if destinations:
-        first, _ = _reg(ops[0])
+        first, dst_high = _reg(ops[0])
         if compare:
             sdst = first
         else:
@@ -255,13 +267,15 @@ def _vop3(form: str, name: str, inst: LlvmInstruction, ops: list[McOperand]) -> 
         lits.append(lit)
         mods.append(word | (MOD_OP_SEL_0 if high else 0))
     trailing = [op.value for op in ops[at:] if isinstance(op, Imm)]
+    if true16 and trailing:  # the op_sel operand: the same bits as the modifier words and the .h registers
+        trailing.pop()
     clamp = bool(trailing[0]) if trailing else False
     omod = trailing[1] if len(trailing) > 1 and has_mods is None and not compare and form == "VOP3" else 0
     bits = lambda flag: sum(1 << i for i, word in enumerate(mods) if word & flag)  # noqa: E731
     if form == "VOP3P":
         return Fields(dst=dst, src=tuple(src), lits=tuple(lits), neg=bits(MOD_NEG), neg_hi=bits(MOD_ABS),
                       opsel=bits(MOD_OP_SEL_0), opsel_hi=bits(MOD_OP_SEL_1), clamp=clamp)
-    opsel = bits(MOD_OP_SEL_0) | (8 if mods and mods[0] & MOD_OP_SEL_1 else 0)
+    opsel = bits(MOD_OP_SEL_0) | (8 if dst_high or (mods and mods[0] & MOD_OP_SEL_1) else 0)
     return Fields(dst=dst, src=tuple(src), lits=tuple(lits), sdst=sdst, abs=bits(MOD_ABS), neg=bits(MOD_NEG),
                   opsel=opsel, clamp=clamp, omod=omod)
 
@@ -328,6 +342,8 @@ def _mubuf(opcode: str, ops: list[McOperand]) -> Fields:
 
 def _flat(name: str, opcode: str, ops: list[McOperand], offset_bits: int) -> Fields:
     """Stores: vaddr, vdata, (saddr), offset, cpol. Loads: vdst, vaddr, (saddr), offset, cpol."""
+    if not any(isinstance(op, Reg) for op in ops):  # a cache control such as global_inv (its scope)
+        return Fields()
     saddr = "_SADDR" in opcode
     if name.startswith("global_store"):
         addr, data, dst = _vgpr(ops[0]), (_vgpr(ops[1]),), 0

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amdgpu_models.disasm import Instruction, ToolFailed, ToolMissing, disassemble
+from amdgpu_models.isa import gfx12
 from farm.core.errors import FarmError
 from farm.elf import image
 from farm.elf.code_object import NotACodeObject, read_code_object
@@ -20,11 +21,12 @@ from farm.table.model import Target
 from farm.toolchain.disasm import FIX, binary
 from farm.toolchain.shapes import DisassemblerPin
 
-# Target features the objects are compiled with that LLVM 22's disassembler does not assume for the cpu.
-# FlyDSL's LLVM lowers 16-bit gfx12 code with real true16 (16-bit operands in either half of a VGPR:
-# `v_mov_b16_e32 v12.h, 0`); without +real-true16 both llvm-mc-22 and llvm-objdump-22 decode no
-# instruction from those words (objdump prints `.long 0x7f183880`). For gfx11 LLVM 22 assumes it already.
-MATTR: dict[str, str] = {"gfx12-generic": "+real-true16"}
+# Target features the objects are compiled with that LLVM 22's disassembler does not assume for the cpu, as
+# the ISA table says (gfx12's Isa.mattr: FlyDSL's LLVM lowers 16-bit gfx12 code with real true16, 16-bit
+# operands in either half of a VGPR, `v_mov_b16_e32 v12.h, 0`; without +real-true16 both llvm-mc-22 and
+# llvm-objdump-22 decode no instruction from those words: objdump prints `.long 0x7f183880`). For gfx11
+# LLVM 22 assumes it already.
+MATTR: dict[str, str] = {gfx12.MCPU: gfx12.ISA.mattr}
 
 
 @dataclass(frozen=True)
