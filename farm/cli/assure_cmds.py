@@ -12,8 +12,10 @@ from farm.assure.golden import complete, golden_path
 from farm.assure.golden import drift as golden_drift
 from farm.cli.parser import Invocation
 from farm.cli.selection import load, selected_rows
+from farm.core.errors import FarmError
 from farm.core.words import count
 from farm.emulate.command import emulate, read_objects
+from farm.emulate.sample import ci_sample
 from farm.store.lock import command_line, lock_wait, tree_lock
 from farm.store.preflight import require_writable
 from farm.table.config import FarmConfig
@@ -100,6 +102,11 @@ def cmd_emulate(inv: Invocation) -> int:
     lock (a build never half-way through a batch), then emulated without holding it."""
     cfg = load(inv.words)
     rows, _ = selected_rows(cfg)
+    if "--ci-sample" in inv.flags:
+        rows = ci_sample(rows)
+        if not rows:
+            raise FarmError("--ci-sample: no selected object is of a family and target the models run",
+                            "widen the selection (the sample takes what farm/emulate/families.py runs)")
     with tree_lock(cfg.outputs_dir, command_line(), shared=True, wait_s=lock_wait(cfg)):
         objects = read_objects(cfg, rows)
     return emulate(cfg, rows, objects, sys.stdout)

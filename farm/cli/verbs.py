@@ -75,9 +75,15 @@ VERBS: tuple[Verb, ...] = (
          "rebuild the selection elsewhere, varied; compare byte-for-byte with outputs/",
          listing="(audit.sample=N for a deterministic sample; audit.vary.umask=false etc.)"),
     Verb("emulate", "farm.cli.assure_cmds:cmd_emulate",
-         "run the selected RMSNorm gfx11-generic objects on an RDNA3 model; compare with numpy",
-         details="An instruction-level model of RDNA3 wave32, not hardware. Other objects are refused, one line "
-                 "each. Last line: emulated=N within=W outside=O max_err=E; exit 0 only when O is 0 and N > 0."),
+         "run the selected objects on the ISA models (Ray tasks); compare with numpy references",
+         flags=(Flag(("--ci-sample",), "only CI's sample of the selection: one object per family x target x dtype "
+                                       "form the models run (farm/emulate/sample.py)"),),
+         details="Instruction-level models of the ISAs, not hardware; the objects run as tasks on the executor "
+                 "(executor=local: a private loopback Ray cluster; executor=cluster executor.address=...). Each "
+                 "object is within, OUTSIDE, or NOT EMULATED with the reason (no check for its family, no model "
+                 "of its target, not built, stopped by the model). Then a table by family and target. Last "
+                 "line: emulated=N within=W outside=O not_emulated=X max_err=E; exit 0 only when every selected "
+                 "object was emulated and is within."),
     Verb("pin", "farm.cli.build_cmds:cmd_pin",
          "move the toolchain pin to what is installed (rebuilds everything)"),
     Verb("golden", "farm.cli.publish_cmds:cmd_golden",

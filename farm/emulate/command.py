@@ -1,153 +1,107 @@
-"""`farm emulate [selection]`: each selected RMSNorm object for gfx11-generic runs on the instruction-level
-model of RDNA3 (wave32) against a numpy reference, as it is in outputs/ (its bytes are emulated as they
-are, and its SHA256 recorded). Other objects are refused, one line each, and never counted as passing.
+"""`farm emulate [selection]`: each selected object whose family has a check and whose target an ISA model
+(farm/emulate/families.py) runs on that instruction-level model against its family's numpy reference, as it
+is in outputs/ (its bytes are emulated as they are, and its SHA256 recorded). The objects run as tasks on the
+farm's executor (farm/emulate/parallel.py); each object's line is printed as it finishes.
 
-An object passes when every output of every case is within its type's tolerance (farm/emulate/numerics.py);
-one that cannot run (not built, not launchable, an instruction or access the model stops at) is outside.
-The last line is `emulated=N within=W outside=O max_err=E`; the run exits 0 only when O is 0 and N > 0.
+Every selected object ends as one of:
+- within: every output of every case is within its bound (farm/emulate/outcome.py);
+- OUTSIDE: it ran to the end and an output is not;
+- NOT EMULATED: the models cannot run it (no check for its family, no model of its target, not built, not
+  launchable, stopped by an instruction the model lacks, an access out of bounds or bytes LLVM cannot
+  decode), named with the reason. It is never counted as passing.
+Then a table by family and target, the report's path, and the last line
+`emulated=N within=W outside=O not_emulated=X max_err=E` (N = W + O). The run exits 0 only when every
+selected object was emulated and is within (X = 0, O = 0, N > 0), else 1.
 This is a model, not hardware: it has no timing, caches or memory ordering between waves, and it is only as
 faithful as the semantics its unit tests pin down.
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
 import os
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from datetime import UTC, datetime
-from functools import partial
 from typing import TextIO
 
-from amdgpu_models.core.memory import BoundsError
-from amdgpu_models.core.wave import Unsupported
-from amdgpu_models.disasm import ToolFailed, ToolMissing, Undecodable
-from amdgpu_models.isa import gfx11
 from farm.core.atomic import write_text_atomic
 from farm.core.canonical import canonical_json
 from farm.core.errors import FarmError
+from farm.emulate import parallel
+from farm.emulate.families import refusal
 from farm.emulate.isa import tools
-from farm.emulate.launch import NotLaunchable, load
-from farm.emulate.outcome import CaseOutcome
-from farm.emulate.rmsnorm_check import check
+from farm.emulate.summary import groups, table
+from farm.emulate.task import ObjectResult, Task, json_number
 from farm.store.outtree import OutputDir
 from farm.table.config import FarmConfig
 from farm.table.rows import Row
 from farm.toolchain.disasm import FIX
 
-TARGET = "gfx11-generic"
-OPS = ("rmsnorm", "rmsnorm_bwd")
-
-
-@dataclass
-class ObjectResult:
-    key: str
-    sha256: str | None = None
-    seconds: float = 0.0
-    outcomes: list[CaseOutcome] = field(default_factory=list)
-    stopped: str | None = None  # why the object could not be run to the end
-
-    @property
-    def within(self) -> bool:
-        return self.stopped is None and bool(self.outcomes) and all(o.within for o in self.outcomes)
-
-    @property
-    def max_err(self) -> float:
-        return max((m.error for o in self.outcomes for m in o.measures), default=0.0)
-
-    def line(self) -> str:
-        if self.stopped:
-            return f"OUTSIDE {self.key}: stopped: {self.stopped}"
-        worst: dict[tuple[str, str], tuple[float, float]] = {}  # (output, criterion) -> (error, bound)
-        for o in self.outcomes:
-            for m in o.measures:
-                if m.error >= worst.get((m.output, m.criterion), (-1.0, 0.0))[0]:
-                    worst[(m.output, m.criterion)] = (m.error, m.bound)
-        parts = ", ".join(f"{out}{'' if crit == 'relative' else f' [{crit}]'} {v:.2e} (tolerance {t:.2e})"
-                          for (out, crit), (v, t) in worst.items())
-        return f"{'within' if self.within else 'OUTSIDE'} {self.key}: {parts}; {len(self.outcomes)} cases in " \
-               f"{self.seconds:.1f} s"
-
-    def as_json(self) -> dict[str, object]:
-        return {"key": self.key, "sha256": self.sha256, "seconds": round(self.seconds, 3), "within": self.within,
-                "stopped": self.stopped,
-                "cases": [{**o.case.facts(), "within": o.within,
-                           "measures": [{"output": m.output, "criterion": m.criterion, "error": _json_number(m.error),
-                                         "bound": m.bound, "within": m.within} for m in o.measures]}
-                          for o in self.outcomes]}
-
-
-def _json_number(value: float) -> float | str:
-    """JSON has no infinity: a NaN or infinite output's error is written as text."""
-    return value if math.isfinite(value) else str(value)
-
-
-def refusal(row: Row) -> str | None:
-    if row.op not in OPS:
-        return f"REFUSED {row.key}: the model runs only the RMSNorm families ({', '.join(OPS)})"
-    if row.target != TARGET:
-        return f"REFUSED {row.key}: the model is of RDNA3 wave32; it runs only {TARGET} objects"
-    return None
-
 
 def read_objects(cfg: FarmConfig, rows: list[Row]) -> dict[str, bytes | None]:
-    """The bytes of each selected object the model runs (None: not there as a regular file; never read
+    """The bytes of each selected object the models run (None: not there as a regular file; never read
     through a symlink). The caller holds the tree's lock only for this, not for the emulation."""
     found: dict[str, bytes | None] = {}
     for row in rows:
-        if refusal(row) is None:
+        if refusal(row.op, row.target) is None:
             with OutputDir(cfg.outputs_dir, row.op, row.target) as out:
                 found[row.key] = out.read_bytes(row.file_name)
     return found
 
 
-def emulate_row(cfg: FarmConfig, row: Row, data: bytes | None) -> ObjectResult:
-    result = ObjectResult(row.key)
-    if data is None:
-        result.stopped = f"{row.relpath()} is not in {cfg.outputs_dir} (run `farm build` for it)"
-        return result
-    result.sha256 = hashlib.sha256(data).hexdigest()
-    llvm_mc = tools(cfg.toolchain_pin.get("disassembler")).llvm_mc  # decoding is LLVM's (amdgpu_models.disasm)
-    started = time.monotonic()
-    try:
-        result.outcomes = check(load(data), row.op, row.knobs, partial(gfx11.decode, llvm_mc=llvm_mc))
-    except (NotLaunchable, Undecodable, Unsupported, BoundsError) as exc:
-        result.stopped = f"{type(exc).__name__}: {exc}"
-    except ToolMissing as exc:
-        raise FarmError(str(exc), FIX) from None
-    except ToolFailed as exc:
-        raise FarmError(f"llvm-mc failed: {exc}", "check the llvm-22 install (scripts/setup.sh)") from None
-    result.seconds = time.monotonic() - started
-    return result
+def not_emulated(cfg: FarmConfig, row: Row, data: bytes | None) -> ObjectResult | None:
+    """The result of an object that is not run at all, or None when it runs."""
+    why = refusal(row.op, row.target)
+    if why is None and data is None:
+        why = f"not built: {row.relpath()} is not in {cfg.outputs_dir} (run `farm build` for it)"
+    return ObjectResult(row.key, row.op, row.target, stopped=why) if why else None
 
 
 def emulate(cfg: FarmConfig, rows: list[Row], objects: dict[str, bytes | None], out: TextIO) -> int:
     """`objects`: from `read_objects`, keyed by row."""
     started = time.monotonic()
     results: list[ObjectResult] = []
-    refused = []
+    tasks: list[Task] = []
+    llvm_mc = None
     for row in sorted(rows, key=lambda r: r.key):
-        why = refusal(row)
-        if why:
-            refused.append(row.key)
-            print(why, file=out)
+        data = objects.get(row.key)
+        early = not_emulated(cfg, row, data)
+        if early is not None:
+            results.append(early)
+            print(early.line(), file=out, flush=True)
             continue
-        result = emulate_row(cfg, row, objects.get(row.key))
-        print(result.line(), file=out, flush=True)
+        assert data is not None
+        llvm_mc = llvm_mc or str(tools(cfg.toolchain_pin.get("disassembler")).llvm_mc)  # LLVM decodes
+        tasks.append(Task(row.key, row.op, row.target, dict(row.knobs), data, llvm_mc))
+    for result in parallel.results(cfg.executor, tasks):
+        if result.tool_failure:
+            raise FarmError(f"{result.key}: {result.tool_failure}", FIX)
         results.append(result)
-    within = sum(r.within for r in results)
-    max_err = max((r.max_err for r in results), default=0.0)
+        print(result.line(), file=out, flush=True)
+    return _finish(cfg, results, time.monotonic() - started, out)
+
+
+def _finish(cfg: FarmConfig, results: Iterable[ObjectResult], seconds: float, out: TextIO) -> int:
+    results = sorted(results, key=lambda r: r.key)
+    emulated = [r for r in results if r.emulated]
+    within = sum(r.within for r in emulated)
+    missing = len(results) - len(emulated)
+    max_err = max((r.max_err for r in emulated), default=0.0)
+    found = groups(results)
+    for line in table(found):
+        print(line, file=out)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    report = {"finished_utc": stamp, "seconds": round(time.monotonic() - started, 3),
-              "model": "instruction-level model of RDNA3 wave32 (amdgpu_models), not hardware",
-              "emulated": len(results), "within": within, "outside": len(results) - within,
-              "max_err": _json_number(max_err),
-              "refused": refused, "objects": [r.as_json() for r in results], "outputs_dir": str(cfg.outputs_dir)}
+    report = {"finished_utc": stamp, "seconds": round(seconds, 3),
+              "model": "instruction-level models of the ISAs (amdgpu_models), not hardware",
+              "executor": {k: cfg.executor.get(k) for k in ("kind", "address", "num_cpus")},
+              "emulated": len(emulated), "within": within, "outside": len(emulated) - within,
+              "not_emulated": missing, "max_err": json_number(max_err),
+              "table": [{"op": op, "target": target, **g.as_json()} for (op, target), g in found.items()],
+              "objects": [r.as_json() for r in results], "outputs_dir": str(cfg.outputs_dir)}
     path = cfg.report_dir / f"emulate-{stamp}-{os.getpid()}.json"
     write_text_atomic(path, canonical_json(report))
     write_text_atomic(cfg.report_dir / "latest-emulate.json", canonical_json(report))
-    print(f"report: {path}", file=out)
-    print(f"emulated={len(results)} within={within} outside={len(results) - within} max_err={max_err:.3g}",
-          file=out)
-    return 0 if results and within == len(results) else 1
+    print(f"wall {seconds:.1f} s; report: {path}", file=out)
+    print(f"emulated={len(emulated)} within={within} outside={len(emulated) - within} not_emulated={missing} "
+          f"max_err={max_err:.3g}", file=out)
+    return 0 if emulated and within == len(results) else 1

@@ -1,6 +1,7 @@
 """Run compile rows on Ray: a private local cluster on loopback by default, the standing cluster when
 one is up, or any cluster by address. Rows go to compile actors (farm/execute/compiler.py), one per
-CPU, through Ray's ActorPool (farm/execute/dispatch.py)."""
+CPU, through Ray's ActorPool (farm/execute/dispatch.py). Starting or joining the cluster is `RaySession`'s,
+which `farm emulate` uses too."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import logging
 import os
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import ray
+from ray.exceptions import RayError
 
 from farm.contract import CompileRequest, CompileResult
 from farm.core.errors import FarmError
@@ -25,6 +27,9 @@ from farm.execute.settings import BATCH_GATHER_S
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+R = TypeVar("R")
+
 # How long a build waits for its compile actors to start (processes, and on a cluster the farm's code).
 ACTOR_START_S = 300.0
 # A compile actor of a build's own is not restarted by Ray: the dispatch retries its row elsewhere and
@@ -32,33 +37,24 @@ ACTOR_START_S = 300.0
 PRIVATE_ACTOR = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0, **CONCURRENCY)(Compiler)
 
 
-class RayExecutor:
-    """Context manager: `share_sources`, `submit` rows, iterate `completed_batches()` in completion order.
+class RaySession:
+    """A Ray cluster for one command: a private local cluster on loopback (executor.kind=local), started for
+    it and ended after it, or the cluster at executor.address (kind=cluster), joined and left. `start` returns
+    its CPU count; `close` ends or leaves it. A build's compile actors run on it (RayExecutor), and so do
+    `farm emulate`'s tasks (farm/emulate/parallel.py). `modules`: packages shipped to a cluster's workers
+    beside the farm's own (a cluster's nodes have the farm's dependencies installed, not this checkout)."""
 
-    Rows run on compile actors of a private local cluster (or of the cluster at executor.address), or,
-    when `standing` names a running standing cluster (farm/execute/standing.py), on its warm named actors.
-    """
-
-    def __init__(self, executor_cfg: Mapping[str, Any], timeout_s: float,
-                 standing: Mapping[str, Any] | None = None, rows: int | None = None) -> None:
+    def __init__(self, executor_cfg: Mapping[str, Any], modules: Sequence[Path] = ()) -> None:
         self.cfg = executor_cfg
-        self.timeout_s = timeout_s
-        self.standing = standing
-        self.rows = rows  # rows to compile, when known: no more compile actors are started than that
-        self.warm = bool(executor_cfg.get("warm", True))
-        self._sources_ref: Any = None
-        self._dispatch: Dispatch | None = None
+        self.modules = list(modules)
         self._recorded = False
         self._auth_saved: ray_auth.Saved | None = None  # executor=cluster: the token variables to restore
-        self.daemon_cpu_seconds: float | None = None  # no daemon in between: Ray's work is the build's own
 
-    def __enter__(self) -> RayExecutor:
+    def start(self) -> int:
         kind = self.cfg.get("kind", "local")
         cpus = num_cpus(self.cfg)  # a bad value is named before Ray starts
-        if self.standing and self._join_standing():
-            return self
         try:
-            count = self._start_private(kind, cpus)
+            return self._start_private(kind, cpus)
         except FarmError:
             self._restore_auth()
             raise
@@ -66,15 +62,41 @@ class RayExecutor:
             self._restore_auth()
             raise FarmError(f"could not start or reach Ray ({kind}): {exc}",
                             "check executor.address, or use the default executor=local") from None
-        self._dispatch = Dispatch(self._send, int(self.cfg.get("max_retries", 2)), self._new_actor)
-        # Each actor starts a warm compile server (torch and FlyDSL imported, seconds of CPU): a build of a
-        # few rows on a large cluster starts only as many as it has rows.
-        actors = min(count, self.rows) if self.rows else count
-        self._dispatch.start([self._new_actor() for _ in range(actors)], ACTOR_START_S)
-        return self
+
+    def close(self) -> None:
+        ray.shutdown()
+        if self._recorded:
+            forget_ray_processes()
+            self._recorded = False
+        self._restore_auth()
+
+    def _restore_auth(self) -> None:
+        """The environment as it was before a cluster's token was put in it (executor=cluster)."""
+        if self._auth_saved is not None:
+            ray_auth.restore(self._auth_saved)
+            self._auth_saved = None
+
+    def tasks(self, fn: Callable[[T], R], items: Sequence[T], in_flight: int) -> Iterator[tuple[T, R | str]]:
+        """`fn(item)` for each item as a Ray task of one CPU, at most `in_flight` at a time, handed out in
+        order; yields (item, its result) as they finish, or (item, Ray's reason) for a task Ray could not
+        complete (its worker died more than executor.max_retries times). Call after `start`."""
+        remote = ray.remote(num_cpus=1, max_retries=int(self.cfg.get("max_retries", 2)))(fn)
+        waiting = list(reversed(items))
+        running: dict[Any, T] = {}
+        while waiting or running:
+            while waiting and len(running) < max(in_flight, 1):
+                item = waiting.pop()
+                running[remote.remote(item)] = item
+            done, _ = ray.wait(list(running), num_returns=1)
+            for ref in done:
+                item = running.pop(ref)
+                try:
+                    yield item, ray.get(ref)
+                except RayError as exc:
+                    yield item, _first_line(exc)
 
     def _start_private(self, kind: str, cpus: int | None) -> int:
-        """Start (local) or join (cluster) a Ray cluster of this build's own; returns its CPU count."""
+        """Start (local) or join (cluster) a Ray cluster of this command's own; returns its CPU count."""
         if kind == "local":
             end_leftovers()
             local.start(cpus or os.cpu_count() or 1)
@@ -95,7 +117,8 @@ class RayExecutor:
             try:
                 with (tempfile.TemporaryDirectory(prefix="farm-job-") as empty,
                       ray_compat.captured_stderr() as written):
-                    ray.init(address=address, runtime_env={"py_modules": [farm_dir], "working_dir": empty},
+                    ray.init(address=address, runtime_env={"py_modules": [farm_dir, *map(str, self.modules)],
+                                                          "working_dir": empty},
                              **local.QUIET)
             except Exception as exc:
                 ray_said, rest = ray_compat.split_ray_log("".join(written))
@@ -114,6 +137,38 @@ class RayExecutor:
             ray.shutdown()
             raise FarmError(f"the Ray cluster ({kind}) has no CPU to compile on", "add a node with CPUs")
         return count
+
+
+class RayExecutor:
+    """Context manager: `share_sources`, `submit` rows, iterate `completed_batches()` in completion order.
+
+    Rows run on compile actors of a private local cluster (or of the cluster at executor.address), or,
+    when `standing` names a running standing cluster (farm/execute/standing.py), on its warm named actors.
+    """
+
+    def __init__(self, executor_cfg: Mapping[str, Any], timeout_s: float,
+                 standing: Mapping[str, Any] | None = None, rows: int | None = None) -> None:
+        self.cfg = executor_cfg
+        self.timeout_s = timeout_s
+        self.standing = standing
+        self.rows = rows  # rows to compile, when known: no more compile actors are started than that
+        self.warm = bool(executor_cfg.get("warm", True))
+        self._sources_ref: Any = None
+        self._dispatch: Dispatch | None = None
+        self._session = RaySession(executor_cfg)
+        self.daemon_cpu_seconds: float | None = None  # no daemon in between: Ray's work is the build's own
+
+    def __enter__(self) -> RayExecutor:
+        num_cpus(self.cfg)  # a bad value is named before Ray starts
+        if self.standing and self._join_standing():
+            return self
+        count = self._session.start()
+        self._dispatch = Dispatch(self._send, int(self.cfg.get("max_retries", 2)), self._new_actor)
+        # Each actor starts a warm compile server (torch and FlyDSL imported, seconds of CPU): a build of a
+        # few rows on a large cluster starts only as many as it has rows.
+        actors = min(count, self.rows) if self.rows else count
+        self._dispatch.start([self._new_actor() for _ in range(actors)], ACTOR_START_S)
+        return self
 
     def _new_actor(self) -> Any:
         return PRIVATE_ACTOR.remote()
@@ -139,16 +194,7 @@ class RayExecutor:
         return True
 
     def __exit__(self, *exc: object) -> None:
-        ray.shutdown()
-        if self._recorded:
-            forget_ray_processes()
-        self._restore_auth()
-
-    def _restore_auth(self) -> None:
-        """The environment as it was before a cluster's token was put in it (executor=cluster)."""
-        if self._auth_saved is not None:
-            ray_auth.restore(self._auth_saved)
-            self._auth_saved = None
+        self._session.close()
 
     def share_sources(self, sources: dict[str, bytes]) -> None:
         """The kernel sources, put once into Ray's object store; every row's call refers to them."""
