@@ -82,9 +82,10 @@ def test_sixteen_bit_buffer_access_and_a_strided_buffer_is_refused() -> None:
     assert memory.contents(at).view(np.uint16)[32:].tolist() == [0x1234] * 32
     strided = descriptor_sgprs(at, 128)
     strided[5] |= 16 << 16
-    with pytest.raises(Unsupported, match="non-zero scalar offset"):
-        run_program(wave_with({**descriptor_sgprs(at, 128), 3: 8}),
-                    instructions("buffer_load_b32 v1, v0, s[4:7], s3 offen\ns_endpgm"), memory, Lds.of_size(0))
+    structured = {**descriptor_sgprs(at, 128), 7: RAW_BUFFER_WORD3 & ~(3 << 28)}  # OOB_SELECT 0
+    with pytest.raises(Unsupported, match="OOB_SELECT 0"):
+        run_program(wave_with(structured), instructions("buffer_load_b32 v1, v0, s[4:7], 0 offen\ns_endpgm"),
+                    memory, Lds.of_size(0))
     with pytest.raises(Unsupported, match="not raw"):
         run_program(wave_with(strided), instructions("buffer_load_b32 v1, v0, s[4:7], 0 offen\ns_endpgm"),
                     memory, Lds.of_size(0))

@@ -114,7 +114,8 @@ def test_every_known_mnemonic_has_a_unit_test() -> None:
     """The ISA's table is the list of what the model implements; each name must be run by a test here."""
     names = set(gfx11.SEMANTICS)
     here = Path(__file__).parent
-    text = "".join((here / f"test_emulate_{n}.py").read_text() for n in ("scalar", "vector", "memory"))
+    text = "".join((here / f"test_emulate_{n}.py").read_text()
+                   for n in ("scalar", "vector", "memory", "matrix", "attention_ops"))
     text = text.replace("\\n", " ")
     untested = sorted(n for n in names if not re.search(rf"(?<![a-z0-9_]){n}(_e32|_e64|_dpp)?(?![a-z0-9_])", text))
     assert not untested, untested

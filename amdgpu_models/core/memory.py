@@ -165,13 +165,15 @@ class Lds:
             out[lane] = int.from_bytes(self.data[at:at + 4].tobytes(), "little")
         return out
 
-    def store(self, addresses: np.ndarray, values: np.ndarray, active: np.ndarray) -> None:
-        """One dword per active lane; lanes storing to the same dword: the highest lane wins."""
-        self._check(addresses, 4, active)
+    def store(self, addresses: np.ndarray, values: np.ndarray, active: np.ndarray, size: int = 4) -> None:
+        """One dword (or, `size` 2, the low 16 bits) per active lane; lanes storing to the same bytes: the
+        highest lane wins."""
+        self._check(addresses, size, active)
         lanes = np.flatnonzero(active)
-        if len(self.data) % 4 == 0 and not np.any(addresses[lanes] % 4):
+        if size == 4 and len(self.data) % 4 == 0 and not np.any(addresses[lanes] % 4):
             self.data.view(np.uint32)[addresses[lanes] // 4] = values[lanes]
             return
         for lane in lanes:
             at = int(addresses[lane])
-            self.data[at:at + 4] = np.frombuffer(int(values[lane]).to_bytes(4, "little"), dtype=np.uint8)
+            raw = (int(values[lane]) & (1 << 8 * size) - 1).to_bytes(size, "little")
+            self.data[at:at + size] = np.frombuffer(raw, dtype=np.uint8)

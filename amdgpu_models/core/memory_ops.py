@@ -2,10 +2,15 @@
 values through `Memory` (global buffers with bounds) and `Lds`. Every access completes before the next
 instruction, so s_waitcnt has nothing to wait for in this model.
 
-Buffer resource descriptors (four SGPRs): base address, stride and NUM_RECORDS from words 0-2; word 3's
-OOB_SELECT must be 3 (raw: bytes checked against NUM_RECORDS) and stride, index and thread-id addressing
-must be off. The model checks each dword (or the 16 bits of a 16-bit access) on its own: inside
-NUM_RECORDS it goes to memory, past it a load returns 0 and a store is dropped.
+Buffer resource descriptors (four SGPRs): base address, stride and NUM_RECORDS from words 0-2; stride,
+index and thread-id addressing must be off, and word 3's OOB_SELECT must be 3 or 2. OOB_SELECT 3 (raw): the
+model checks each dword (or the 16 bits of a 16-bit access) on its own against NUM_RECORDS: inside it goes to
+memory, past it a load returns 0 and a store is dropped. The offset checked is the instruction's offset plus
+the VGPR offset; the scalar offset (soffset) is added to the address but not checked, as LLVM documents its
+raw buffer intrinsics ("soffset ... excluded from bounds checking", IntrinsicsAMDGPU.td; MLIR's amdgpu dialect
+notes the treatment may differ between chips, so this is the model's assumption for gfx11). OOB_SELECT 2 (no
+range check: an access is out of range only when NUM_RECORDS is 0): every access goes to memory. Either way
+the real bounds of the allocations still hold.
 """
 
 from __future__ import annotations
@@ -16,13 +21,19 @@ from amdgpu_models.core.instruction import Fields, Instruction
 from amdgpu_models.core.memory import Lds, Memory
 from amdgpu_models.core.wave import NULL, Unsupported, Wave
 
-SMEM_DWORDS = {"s_load_b32": 1, "s_load_b64": 2, "s_load_b96": 3, "s_load_b128": 4, "s_load_b256": 8}
+SMEM_DWORDS = {"s_load_b32": 1, "s_load_b64": 2, "s_load_b96": 3, "s_load_b128": 4, "s_load_b256": 8, "s_load_b512": 16}
 CACHE_CONTROL = ("buffer_gl0_inv", "global_inv")  # invalidates: the model has no caches
 BUFFER = {"buffer_load_u16": ("load", 2, 1), "buffer_load_b32": ("load", 4, 1),
-          "buffer_load_b128": ("load", 4, 4), "buffer_store_b16": ("store", 2, 1),
+          "buffer_load_b64": ("load", 4, 2), "buffer_load_b128": ("load", 4, 4),
+          "buffer_store_b16": ("store", 2, 1), "buffer_store_b64": ("store", 4, 2),
           "buffer_store_b32": ("store", 4, 1), "buffer_store_b128": ("store", 4, 4)}
 RAW_OOB_SELECT = 3
-DS = ("ds_store_b32", "ds_load_2addr_b32", "ds_load_b32", "ds_load_b64", "ds_load_b128")
+UNCHECKED_OOB_SELECT = 2
+DS_LOADS = {"ds_load_b32": 1, "ds_load_b64": 2, "ds_load_b128": 4}  # dwords from one address
+DS_STORES = {"ds_store_b32": 1, "ds_store_b64": 2, "ds_store_b128": 4}
+DS_STORE_2ADDR = {"ds_store_2addr_b32": 1, "ds_store_2addr_b64": 2}  # dwords at each of two addresses
+DS_STORE_16 = ("ds_store_b16", "ds_store_b16_d16_hi")  # the data VGPR's low or high 16 bits
+DS = ("ds_load_2addr_b32", *DS_LOADS, *DS_STORES, *DS_STORE_2ADDR, *DS_STORE_16)
 MNEMONICS = frozenset({*SMEM_DWORDS, *BUFFER, *DS, *CACHE_CONTROL, "global_store_b32"})
 
 
@@ -61,24 +72,22 @@ def _buffer(wave: Wave, inst: Instruction, f: Fields, memory: Memory, kind: str,
     base = words[0] | (words[1] & 0xFFFF) << 32
     stride, records = words[1] >> 16 & 0x3FFF, words[2]
     oob_select, add_tid = words[3] >> 28 & 0x3, words[3] >> 23 & 1
-    if f.idxen or stride or add_tid or oob_select != RAW_OOB_SELECT:
+    if f.idxen or stride or add_tid or oob_select not in (RAW_OOB_SELECT, UNCHECKED_OOB_SELECT):
         raise Unsupported(f"{_where(inst)}: a buffer that is not raw (stride {stride}, idxen {f.idxen}, "
                           f"add_tid {add_tid}, OOB_SELECT {oob_select})")
-    soffset = wave.scalar(f.soffset, None)
-    if soffset:  # whether a scalar offset counts against NUM_RECORDS is not pinned down here: stop
-        raise Unsupported(f"{_where(inst)}: a non-zero scalar offset ({soffset:#x}) in a buffer access")
+    soffset = wave.scalar(f.soffset, None)  # in the address, not in the range check
     offset = np.full(wave.lanes, f.imm, dtype=np.int64)
     if f.offen:
         offset += wave.vgpr[f.addr].astype(np.int64)
     active = wave.exec_mask
     for i in range(dwords):
         at = offset + 4 * i
-        inside = active & (at + size <= records)
+        inside = active & (at + size <= records) if oob_select == RAW_OOB_SELECT else active & (records != 0)
         if kind == "load":
-            values = memory.gather(base + at, size, inside, _where(inst))  # 0 past NUM_RECORDS
+            values = memory.gather(base + soffset + at, size, inside, _where(inst))  # 0 out of range
             wave.write_vgpr(f.dst + i, values, active)
         else:
-            memory.scatter(base + at, wave.vgpr[f.data[0] + i], size, inside, _where(inst))
+            memory.scatter(base + soffset + at, wave.vgpr[f.data[0] + i], size, inside, _where(inst))
 
 
 def _global_store(wave: Wave, inst: Instruction, f: Fields, memory: Memory) -> None:
@@ -94,13 +103,22 @@ def _ds(wave: Wave, inst: Instruction, f: Fields, lds: Lds) -> None:
     base = wave.vgpr[f.addr].astype(np.int64)
     offset = f.offsets[0] | f.offsets[1] << 8
     name = inst.name
-    if name == "ds_store_b32":
-        lds.store(base + offset, wave.vgpr[f.data[0]], active)
+    if name in DS_STORES:
+        for i in range(DS_STORES[name]):
+            lds.store(base + offset + 4 * i, wave.vgpr[f.data[0] + i], active)
+    elif name in DS_STORE_2ADDR:  # data0 at offset0 and data1 at offset1, in units of the data's size
+        dwords = DS_STORE_2ADDR[name]
+        for each, data in zip(f.offsets, f.data, strict=True):
+            for i in range(dwords):
+                lds.store(base + 4 * dwords * each + 4 * i, wave.vgpr[data + i], active)
+    elif name in DS_STORE_16:
+        values = wave.vgpr[f.data[0]]
+        lds.store(base + offset, values >> np.uint32(16) if name.endswith("_d16_hi") else values, active, size=2)
     elif name == "ds_load_2addr_b32":  # two dwords at offset0*4 and offset1*4
         for i, each in enumerate(f.offsets):
             wave.write_vgpr(f.dst + i, lds.load(base + 4 * each, active), active)
-    elif name in ("ds_load_b32", "ds_load_b64", "ds_load_b128"):
-        for i in range({"ds_load_b32": 1, "ds_load_b64": 2, "ds_load_b128": 4}[name]):
+    elif name in DS_LOADS:
+        for i in range(DS_LOADS[name]):
             wave.write_vgpr(f.dst + i, lds.load(base + offset + 4 * i, active), active)
     else:
         raise Unsupported(f"{_where(inst)} is not implemented")

@@ -132,6 +132,54 @@ def _pseudo_scalar(wave: Wave, inst: Instruction, f: Fields) -> None:
         wave.write_scalar(f.dst, _bits(PSEUDO_SCALAR[inst.name](_f32(bits))))
 
 
+def _sub_i32(w: Wave, s: tuple[int, ...], f: Fields) -> None:
+    diff = _s32(s[0]) - _s32(s[1])
+    _result(w, f, diff, not -(1 << 31) <= diff < 1 << 31)
+
+
+def _lshl_add(shift: int) -> Callable[[Wave, tuple[int, ...], Fields], None]:
+    """s_lshl<n>_add_u32: (S0 << n) + S1, SCC the carry out of bit 31."""
+    def run(w: Wave, s: tuple[int, ...], f: Fields) -> None:
+        total = (s[0] << shift) + s[1]
+        _result(w, f, total, total > MASK32)
+    return run
+
+
+def _min_max_i32(take_first: Callable[[int, int], bool]) -> Callable[[Wave, tuple[int, ...], Fields], None]:
+    """s_min_i32 / s_max_i32: SCC is whether S0 was chosen (S0 < S1, S0 >= S1)."""
+    def run(w: Wave, s: tuple[int, ...], f: Fields) -> None:
+        first = take_first(_s32(s[0]), _s32(s[1]))
+        _result(w, f, s[0] if first else s[1], first)
+    return run
+
+
+def _abs_i32(w: Wave, s: tuple[int, ...], f: Fields) -> None:
+    value = abs(_s32(s[0])) & MASK32  # |-2^31| wraps to -2^31
+    _result(w, f, value, value != 0)
+
+
+def _bitset1(w: Wave, s: tuple[int, ...], f: Fields) -> None:
+    """s_bitset1_b32: sets bit S0[4:0] of the destination (which it also reads); SCC unchanged."""
+    w.write_scalar(f.dst, w.scalar(f.dst, None) | 1 << (s[0] & 31))
+
+
+def _lshr_b64(w: Wave, s: tuple[int, ...], f: Fields) -> None:
+    value = w.scalar64(f.src[0], f.lit(0)) >> (s[1] & 63)
+    w.write_scalar64(f.dst, value)
+    w.scc = value != 0
+
+
+def _addk_i32(w: Wave, s: tuple[int, ...], f: Fields) -> None:
+    """s_addk_i32: D += signext(SIMM16) (LLVM gives the destination as the first source, the simm16 as the
+    second); SCC the signed overflow."""
+    total = _s32(s[0]) + _sext16(s[1])
+    _result(w, f, total, not -(1 << 31) <= total < 1 << 31)
+
+
+def _brev(value: int) -> int:
+    return int(f"{value & MASK32:032b}"[::-1], 2)
+
+
 SOP: dict[str, Callable[[Wave, tuple[int, ...], Fields], None]] = {
     "s_add_f32": _float(lambda a, b: a + b),
     "s_sub_f32": _float(lambda a, b: a - b),
@@ -153,6 +201,21 @@ SOP: dict[str, Callable[[Wave, tuple[int, ...], Fields], None]] = {
     "s_mul_i32": lambda w, s, f: _result(w, f, _s32(s[0]) * _s32(s[1])),
     "s_mul_hi_i32": lambda w, s, f: _result(w, f, (_s32(s[0]) * _s32(s[1])) >> 32),
     "s_cselect_b32": lambda w, s, f: _result(w, f, s[0] if w.scc else s[1]),
+    "s_sub_i32": _sub_i32,
+    "s_mul_hi_u32": lambda w, s, f: _result(w, f, (s[0] * s[1]) >> 32),
+    "s_abs_i32": _abs_i32,
+    "s_min_i32": _min_max_i32(lambda a, b: a < b),
+    "s_max_i32": _min_max_i32(lambda a, b: a >= b),
+    "s_not_b32": lambda w, s, f: _result(w, f, ~s[0] & MASK32, (~s[0] & MASK32) != 0),
+    "s_and_not1_b32": _logic(lambda a, b: a & ~b),
+    "s_xnor_b32": _logic(lambda a, b: ~(a ^ b)),
+    "s_brev_b32": lambda w, s, f: _result(w, f, _brev(s[0])),
+    "s_bitset1_b32": _bitset1,
+    "s_lshl1_add_u32": _lshl_add(1),
+    "s_lshl2_add_u32": _lshl_add(2),
+    "s_lshl3_add_u32": _lshl_add(3),
+    "s_lshr_b64": _lshr_b64,
+    "s_addk_i32": _addk_i32,
 }
 
 SOPC: dict[str, Callable[[int, int], bool]] = {
@@ -162,6 +225,9 @@ SOPC: dict[str, Callable[[int, int], bool]] = {
     "s_cmp_lg_u32": lambda a, b: a != b,
     "s_cmp_lt_u32": lambda a, b: a < b,
     "s_bitcmp1_b32": lambda a, b: bool(a >> (b & 31) & 1),
+    "s_bitcmp0_b32": lambda a, b: not a >> (b & 31) & 1,
+    "s_cmp_ge_u32": lambda a, b: a >= b,
+    "s_cmp_gt_i32": lambda a, b: _s32(a) > _s32(b),
     # RDNA4's binary32 compares: ordered ones are false when either operand is a NaN, s_cmp_neq/u true
     "s_cmp_lt_f32": lambda a, b: bool(_f32(a) < _f32(b)),
     "s_cmp_gt_f32": lambda a, b: bool(_f32(a) > _f32(b)),
@@ -185,7 +251,8 @@ BARRIER_WORKGROUP = 0xFFFF  # RDNA4's s_barrier_signal / s_barrier_wait -1: the 
 SENDMSG_DEALLOC_VGPRS = 3  # the one message the kernels send: release VGPRs before s_endpgm (a no-op here)
 
 
-BRANCHES = ("s_branch", "s_cbranch_scc0", "s_cbranch_scc1", "s_cbranch_vccz", "s_cbranch_vccnz", "s_cbranch_execz")
+BRANCHES = ("s_branch", "s_cbranch_scc0", "s_cbranch_scc1", "s_cbranch_vccz", "s_cbranch_vccnz", "s_cbranch_execz",
+            "s_cbranch_execnz")
 # What this module runs (s_barrier is the workgroup's; s_code_end is padding and stops a wave that reaches it).
 # RDNA4 splits s_barrier into s_barrier_signal (this wave has arrived) and s_barrier_wait (the workgroup's).
 MNEMONICS = frozenset({*SOP, *SOP64, *SOPC, *PSEUDO_SCALAR, *NO_EFFECT, *BRANCHES, "s_lshl_b64", "s_movk_i32",
@@ -231,7 +298,8 @@ def run_scalar(wave: Wave, inst: Instruction, f: Fields) -> bool:
 def _branch(wave: Wave, inst: Instruction, f: Fields) -> bool:
     taken = {"s_branch": True, "s_cbranch_scc0": not wave.scc, "s_cbranch_scc1": wave.scc,
              "s_cbranch_vccz": wave.read_mask(VCC_LO) == 0, "s_cbranch_vccnz": wave.read_mask(VCC_LO) != 0,
-             "s_cbranch_execz": wave.read_mask(EXEC_LO) == 0}.get(inst.name)
+             "s_cbranch_execz": wave.read_mask(EXEC_LO) == 0,
+             "s_cbranch_execnz": wave.read_mask(EXEC_LO) != 0}.get(inst.name)
     if taken is None:
         raise Unsupported(f"{inst.name} at {inst.address:#x} is not implemented")
     if taken:

@@ -4,7 +4,8 @@ on all lanes at once, and the result is written to the lanes EXEC (and DPP) enab
 
 Not modelled, and stopping the run when met: VOP3's clamp and output multiplier, DPP8, and any opcode not
 listed here. v_rcp_f32 and v_sqrt_f32 are documented to 1 ULP; the model returns the correctly rounded
-value, which is within that bound but may differ from the hardware's last bit.
+value, which is within that bound but may differ from the hardware's last bit. v_exp_f32 and v_log_f32 (also
+1 ULP) are binary64's 2^x and log2 x rounded to binary32. WMMA lives in matrix_ops.py.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from amdgpu_models.core import matrix_ops
 from amdgpu_models.core.floats import U32, as_f32, bits_of, f16_to_f32, f32_to_f16, fma_odd, modify_f32
 from amdgpu_models.core.instruction import Fields, Instruction
 from amdgpu_models.core.wave import EXEC_LO, VCC_LO, VGPR_BASE, Unsupported, Wave, dpp_lanes
@@ -60,6 +62,74 @@ def _bfe_u32(a: U32, b: U32, c: U32) -> U32:
     return ((a >> _shift(b)).astype(np.uint64) & ((np.uint64(1) << width) - np.uint64(1))).astype(np.uint32)
 
 
+def _exp2(a: np.ndarray) -> np.ndarray:
+    """v_exp_f32: 2^x (the guide documents 1 ULP; the model rounds binary64's 2^x to binary32)."""
+    return np.exp2(a.astype(np.float64)).astype(np.float32)
+
+
+def _log2(a: np.ndarray) -> np.ndarray:
+    """v_log_f32: log2(x) (documented to 1 ULP; the model rounds binary64's log2 to binary32)."""
+    return np.log2(a.astype(np.float64)).astype(np.float32)
+
+
+QUIET = np.uint32(0x400000)  # the quiet bit of a binary32 NaN
+
+
+def _max_f32(a: U32, b: U32) -> U32:
+    """v_max_f32 in IEEE mode (the only mode the launch accepts): a signalling NaN operand gives that NaN
+    quieted (src0's first), a quiet NaN gives the other operand, and +0 counts as greater than -0."""
+    return _min_max(a, b, greater=True)
+
+
+def _min_max(a: U32, b: U32, greater: bool) -> U32:
+    fa, fb = as_f32(a), as_f32(b)
+    nan_a, nan_b = np.isnan(fa), np.isnan(fb)
+    signal_a, signal_b = nan_a & ((a & QUIET) == 0), nan_b & ((b & QUIET) == 0)
+    with np.errstate(all="ignore"):
+        zeros = (fa == 0) & (fb == 0)
+        negative_a = (a >> 31).astype(bool)
+        negative_b = (b >> 31).astype(bool)
+        if greater:  # +0 > -0
+            pick_a = np.where(zeros, ~negative_a & negative_b, fa > fb)
+        else:  # -0 < +0
+            pick_a = np.where(zeros, negative_a & ~negative_b, fa < fb)
+    result = np.where(pick_a, a, b)
+    result = np.where(nan_a & ~signal_a, b, result)  # checked in the guide's order, the first match wins
+    result = np.where(nan_b & ~signal_b, a, result)
+    result = np.where(signal_b, b | QUIET, result)
+    result = np.where(signal_a, a | QUIET, result)
+    return result.astype(np.uint32)
+
+
+def _i32(a: U32) -> np.ndarray:
+    return a.view(np.int32)
+
+
+def _med3_i32(a: U32, b: U32, c: U32) -> U32:
+    x, y, z = _i32(a), _i32(b), _i32(c)
+    return np.maximum(np.minimum(x, y), np.minimum(np.maximum(x, y), z)).astype(np.int32).view(np.uint32)
+
+
+def _mul_hi_u32(a: U32, b: U32) -> U32:
+    return ((a.astype(np.uint64) * b.astype(np.uint64)) >> np.uint64(32)).astype(np.uint32)
+
+
+def _u24(a: U32) -> U32:
+    return a & np.uint32(0xFFFFFF)
+
+
+def _cvt_u32_f32(a: U32) -> U32:
+    """Truncation toward zero, saturating: NaN and negatives give 0, values of 2^32 or more 0xFFFFFFFF."""
+    with np.errstate(all="ignore"):
+        x = np.trunc(as_f32(a).astype(np.float64))
+        x = np.where(np.isnan(x), 0.0, np.clip(x, 0.0, 4294967295.0))
+    return x.astype(np.uint32)
+
+
+def _shift16(a: U32) -> U32:
+    return a & np.uint32(15)
+
+
 ARITH: dict[str, Op] = {
     "v_mov_b32": Op(lambda a: a, 1),
     "v_add_f32": Op(_f(lambda a, b: a + b), 2, True),
@@ -83,6 +153,32 @@ ARITH: dict[str, Op] = {
     "v_add_lshl_u32": Op(lambda a, b, c: (a + b) << _shift(c), 3),
     "v_add3_u32": Op(lambda a, b, c: a + b + c, 3),
     "v_lshl_or_b32": Op(lambda a, b, c: (a << _shift(b)) | c, 3),
+    "v_exp_f32": Op(_f(_exp2), 1, True),
+    "v_log_f32": Op(_f(_log2), 1, True),
+    "v_max_f32": Op(_max_f32, 2, True),
+    "v_max3_f32": Op(lambda a, b, c: _max_f32(_max_f32(a, b), c), 3, True),
+    "v_max_i32": Op(lambda a, b: np.maximum(_i32(a), _i32(b)).view(np.uint32), 2),
+    "v_min_i32": Op(lambda a, b: np.minimum(_i32(a), _i32(b)).view(np.uint32), 2),
+    "v_med3_i32": Op(_med3_i32, 3),
+    "v_sub_nc_u32": Op(lambda a, b: a - b, 2),
+    "v_subrev_nc_u32": Op(lambda a, b: b - a, 2),
+    "v_xor_b32": Op(lambda a, b: a ^ b, 2),
+    "v_ashrrev_i32": Op(lambda a, b: (_i32(b) >> _shift(a).astype(np.int32)).view(np.uint32), 2),
+    "v_and_or_b32": Op(lambda a, b, c: (a & b) | c, 3),
+    "v_or3_b32": Op(lambda a, b, c: a | b | c, 3),
+    "v_mul_lo_u32": Op(lambda a, b: a * b, 2),
+    "v_mul_hi_u32": Op(_mul_hi_u32, 2),
+    "v_mul_u32_u24": Op(lambda a, b: _u24(a) * _u24(b), 2),
+    "v_mad_u32_u24": Op(lambda a, b, c: _u24(a) * _u24(b) + c, 3),
+    "v_cvt_f32_u32": Op(lambda a: bits_of(a.astype(np.float32)), 1),
+    "v_cvt_u32_f32": Op(_cvt_u32_f32, 1, True),
+    # 16-bit integer operations on a VGPR half (true16: .l/.h registers, or VOP3's op_sel)
+    "v_cvt_u32_u16": Op(lambda a: a & np.uint32(0xFFFF), 1, half_sources=(True,)),
+    "v_and_b16": Op(lambda a, b: a & b, 2, half_sources=(True, True), half_result=True),
+    "v_or_b16": Op(lambda a, b: a | b, 2, half_sources=(True, True), half_result=True),
+    "v_lshrrev_b16": Op(lambda a, b: b >> _shift16(a), 2, half_sources=(True, True), half_result=True),
+    "v_mul_lo_u16": Op(lambda a, b: a * b, 2, half_sources=(True, True), half_result=True),
+    "v_sub_nc_u16": Op(lambda a, b: a - b, 2, half_sources=(True, True), half_result=True),
 }
 
 
@@ -115,12 +211,23 @@ COMPARES: dict[str, tuple[Callable[[U32, U32], np.ndarray], bool]] = {  # (test,
     "v_cmp_eq_u32": (lambda a, b: a == b, False),
     "v_cmpx_eq_u32": (lambda a, b: a == b, False),
     "v_cmp_class_f32": (_class, False),
+    "v_cmp_neq_f32": (_fcmp(lambda a, b: ~(a == b)), True),  # true when unordered, unlike an ordered "lg"
+    "v_cmp_lt_i32": (lambda a, b: a.view(np.int32) < b.view(np.int32), False),
+    "v_cmp_gt_i32": (lambda a, b: a.view(np.int32) > b.view(np.int32), False),
+    "v_cmp_le_u32": (lambda a, b: a <= b, False),
+    "v_cmp_ne_u32": (lambda a, b: a != b, False),
+}
+
+# Compares of 64-bit operands (a VGPR or SGPR pair; an inline constant sign-extended, a literal zero-extended).
+COMPARES64: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "v_cmp_gt_i64": lambda a, b: a.view(np.int64) > b.view(np.int64),
 }
 
 DUAL: dict[str, str] = {"v_dual_fmac_f32": "v_fmac_f32", "v_dual_mul_f32": "v_mul_f32",
                         "v_dual_add_f32": "v_add_f32", "v_dual_sub_f32": "v_sub_f32",
                         "v_dual_mov_b32": "v_mov_b32", "v_dual_add_nc_u32": "v_add_nc_u32",
-                        "v_dual_lshlrev_b32": "v_lshlrev_b32", "v_dual_and_b32": "v_and_b32"}
+                        "v_dual_lshlrev_b32": "v_lshlrev_b32", "v_dual_and_b32": "v_and_b32",
+                        "v_dual_max_f32": "v_max_f32"}
 
 
 def run_vector(wave: Wave, inst: Instruction, f: Fields) -> None:
@@ -129,8 +236,12 @@ def run_vector(wave: Wave, inst: Instruction, f: Fields) -> None:
     name = inst.name
     if inst.encoding == "VOPD":
         _dual(wave, inst, f)
-    elif name in COMPARES:
+    elif name in COMPARES or name in COMPARES64:
         _compare(wave, inst, f)
+    elif name in matrix_ops.WMMA:
+        matrix_ops.run_wmma(wave, inst, f)
+    elif name in CARRY:
+        CARRY[name](wave, inst, f)
     elif name == "v_cndmask_b32":
         _cndmask(wave, inst, f)
     elif name == "v_readfirstlane_b32":
@@ -233,12 +344,59 @@ def _arith(wave: Wave, inst: Instruction, f: Fields, op: Op) -> None:
 
 
 def _compare(wave: Wave, inst: Instruction, f: Fields) -> None:
-    test, is_float = COMPARES[inst.name]
-    (a, valid), (b, _) = (_read(wave, inst, f, i, False, is_float) for i in range(2))
-    lanes = test(a, b) & wave.exec_mask & valid
+    if inst.name in COMPARES64:
+        if inst.dpp is not None or f.abs or f.neg:
+            raise Unsupported(f"{inst.name} at {inst.address:#x} with DPP or modifiers")
+        a, b = (_read64(wave, f.src[i], f.lit(i)) for i in range(2))
+        lanes, valid = COMPARES64[inst.name](a, b), wave.all_lanes
+    else:
+        test, is_float = COMPARES[inst.name]
+        (a32, valid), (b32, _) = (_read(wave, inst, f, i, False, is_float) for i in range(2))
+        lanes = test(a32, b32)
+    lanes = lanes & wave.exec_mask & valid
     bits = wave.bits_of(lanes)
     wave.write_mask(EXEC_LO if inst.name.startswith("v_cmpx") else f.sdst if inst.encoding == "VOP3" else VCC_LO,
                     bits)
+
+
+def _read64(wave: Wave, code: int, literal: int | None) -> np.ndarray:
+    """A 64-bit source for every lane, as uint64: a VGPR pair, an SGPR pair, or a constant (inline integers
+    sign-extended, the literal zero-extended)."""
+    if code >= VGPR_BASE:
+        reg = code - VGPR_BASE
+        return wave.vgpr[reg].astype(np.uint64) | wave.vgpr[reg + 1].astype(np.uint64) << np.uint64(32)
+    return np.full(wave.lanes, wave.scalar64(code, literal), dtype=np.uint64)
+
+
+def _mad_u64_u32(wave: Wave, inst: Instruction, f: Fields) -> None:
+    """{carry, D[63:0]} = S0.u32 * S1.u32 + S2.u64: the 64-bit result in a VGPR pair, the carry out of bit 63
+    in the scalar destination's lane mask."""
+    a, b = (wave.vector(f.src[i], f.lit(i)).astype(np.uint64) for i in range(2))
+    c = _read64(wave, f.src[2], f.lit(2))
+    product = a * b  # below 2^64: exact
+    total = product + c  # wraps modulo 2^64
+    carry = total < c
+    exec_ = wave.exec_mask
+    wave.write_vgpr(f.dst, (total & np.uint64(0xFFFFFFFF)).astype(np.uint32), exec_)
+    wave.write_vgpr(f.dst + 1, (total >> np.uint64(32)).astype(np.uint32), exec_)
+    wave.write_mask(f.sdst, wave.bits_of(carry & exec_))
+
+
+def _sub_co_ci_u32(wave: Wave, inst: Instruction, f: Fields) -> None:
+    """D = S0 - S1 - carry-in (the lane's bit of VCC, or of src2 in VOP3); the borrow out goes to VCC (or the
+    VOP3 scalar destination)."""
+    if inst.dpp is not None:
+        raise Unsupported(f"{inst.name} at {inst.address:#x} with DPP")
+    a, b = (wave.vector(f.src[i], f.lit(i)).astype(np.int64) for i in range(2))
+    vop3 = inst.encoding == "VOP3"
+    borrow_in = wave.lane_mask(wave.read_mask(f.src[2] if vop3 else VCC_LO)).astype(np.int64)
+    diff = a - b - borrow_in
+    exec_ = wave.exec_mask
+    wave.write_vgpr(f.dst, (diff & 0xFFFFFFFF).astype(np.uint32), exec_)
+    wave.write_mask(f.sdst if vop3 else VCC_LO, wave.bits_of((diff < 0) & exec_))
+
+
+CARRY = {"v_mad_u64_u32": _mad_u64_u32, "v_sub_co_ci_u32": _sub_co_ci_u32}
 
 
 def _cndmask(wave: Wave, inst: Instruction, f: Fields) -> None:
@@ -397,5 +555,5 @@ def _dual(wave: Wave, inst: Instruction, f: Fields) -> None:
 
 
 # What this module runs (VOPD's operations by their v_dual_ names).
-MNEMONICS = frozenset({*ARITH, *COMPARES, *DIVISION, *MIX, *DUAL, "v_dual_cndmask_b32", "v_cndmask_b32",
-                       "v_readfirstlane_b32", "v_permlanex16_b32"})
+MNEMONICS = frozenset({*ARITH, *COMPARES, *COMPARES64, *CARRY, *matrix_ops.WMMA, *DIVISION, *MIX, *DUAL,
+                       "v_dual_cndmask_b32", "v_cndmask_b32", "v_readfirstlane_b32", "v_permlanex16_b32"})

@@ -8,7 +8,9 @@ What differs from gfx11, as LLVM's gfx12 disassembler names it:
   no effect in a model that completes every access at once), the split barrier (s_barrier_signal,
   s_barrier_wait), global_inv, SALU binary32 arithmetic and compares, 64-bit s_add_nc_u64 and s_mul_u64,
   s_load_b96, the pseudo-scalar v_s_sqrt_f32 / v_s_rcp_f32;
-- gfx11 names gfx12 does not print (GFX11_ONLY): s_waitcnt, s_barrier, buffer_gl0_inv, SOPK compares, ...
+- gfx11 names gfx12 does not print (GFX11_ONLY): s_waitcnt, s_barrier, buffer_gl0_inv, SOPK compares, ...;
+  and RDNA3's WMMA (core.matrix_ops.WMMA: RDNA3's operand layout), which gfx12 prints under the same names with
+  another layout (8 halves per lane): until that layout is in matrix_ops, gfx12 WMMA stops at decode;
 - the objects are compiled with real true16 (16-bit operands in either half of a VGPR, `v12.h` / `v12.l`): LLVM
   decodes none of their 16-bit instructions without `+real-true16` (MATTR, read by farm/emulate/isa.py too);
 - the workgroup ids are architected (ttmp9: x; ttmp7: y | z << 16; `core.kernel.Program.architected_workgroup_ids`),
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from amdgpu_models.core import scalar_ops
+from amdgpu_models.core import matrix_ops, scalar_ops
 from amdgpu_models.core.instruction import Instruction
 from amdgpu_models.isa import operands
 from amdgpu_models.isa.operands import CORE, Isa
@@ -35,7 +37,7 @@ ONLY = frozenset({*(name for name in scalar_ops.NO_EFFECT if name.startswith("s_
                   "s_barrier_wait", *SALU_FLOAT, *scalar_ops.SOP64, "s_load_b96", "global_inv",
                   *scalar_ops.PSEUDO_SCALAR})
 GFX11_ONLY = frozenset({"s_waitcnt", "s_waitcnt_vscnt", "s_barrier", "buffer_gl0_inv", "s_cmpk_lt_i32",
-                        "s_set_inst_prefetch_distance", *ALIASES.values()})
+                        "s_set_inst_prefetch_distance", *ALIASES.values(), *matrix_ops.WMMA})
 assert ONLY <= set(CORE) and GFX11_ONLY <= set(CORE)
 ISA = Isa("gfx12 (RDNA4)", MCPU, lanes=32, mnemonics=frozenset(CORE) - GFX11_ONLY | set(ALIASES), aliases=ALIASES,
           flat_offset_bits=24, mattr=MATTR, ttmps=frozenset({7, 9}))
