@@ -245,12 +245,11 @@ def _vop3(form: str, name: str, inst: LlvmInstruction, ops: list[McOperand]) -> 
                                    "v_subrev_co_"))
     destinations = 0 if name.startswith("v_cmpx_") else 2 if two_results else 1
     count = _text_operands(inst.operands.split(" op_sel")[0]) - destinations
-    true16 = "_t16_" in inst.opcode  # real true16: every source has a modifier word, and an op_sel operand ends
+    true16 = "_t16_" in inst.opcode  # real true16: every source has a modifier word (op_sel bits in it)
     has_mods = None if true16 else _has_mods(name)
     at, dst, sdst = 0, 0, NULL
-    dst_high = False
     if destinations:
-        first, dst_high = _reg(ops[0])
+        first, _ = _reg(ops[0])
         if compare:
             sdst = first
         else:
@@ -269,15 +268,13 @@ def _vop3(form: str, name: str, inst: LlvmInstruction, ops: list[McOperand]) -> 
         lits.append(lit)
         mods.append(word | (MOD_OP_SEL_0 if high else 0))
     trailing = [op.value for op in ops[at:] if isinstance(op, Imm)]
-    if true16 and trailing:  # the op_sel operand: the same bits as the modifier words and the .h registers
-        trailing.pop()
     clamp = bool(trailing[0]) if trailing else False
     omod = trailing[1] if len(trailing) > 1 and has_mods is None and not compare and form == "VOP3" else 0
     bits = lambda flag: sum(1 << i for i, word in enumerate(mods) if word & flag)  # noqa: E731
     if form == "VOP3P":
         return Fields(dst=dst, src=tuple(src), lits=tuple(lits), neg=bits(MOD_NEG), neg_hi=bits(MOD_ABS),
                       opsel=bits(MOD_OP_SEL_0), opsel_hi=bits(MOD_OP_SEL_1), clamp=clamp)
-    opsel = bits(MOD_OP_SEL_0) | (8 if dst_high or (mods and mods[0] & MOD_OP_SEL_1) else 0)
+    opsel = bits(MOD_OP_SEL_0) | (8 if mods and mods[0] & MOD_OP_SEL_1 else 0)
     return Fields(dst=dst, src=tuple(src), lits=tuple(lits), sdst=sdst, abs=bits(MOD_ABS), neg=bits(MOD_NEG),
                   opsel=opsel, clamp=clamp, omod=omod)
 

@@ -22,6 +22,7 @@ CHECKS: dict[str, str] = {
 # target -> the module of amdgpu_models that decodes its objects (its `decode`)
 ISAS: dict[str, str] = {
     "gfx11-generic": "amdgpu_models.isa.gfx11",
+    "gfx12-generic": "amdgpu_models.isa.gfx12",
 }
 
 
