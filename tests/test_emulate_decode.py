@@ -62,10 +62,10 @@ def test_literals_and_dpp_controls_are_part_of_the_instruction() -> None:
 
 
 def test_an_unknown_opcode_stops_with_its_encoding_and_address() -> None:
-    v_max_f32 = struct.pack("<I", 0x20000501)  # VOP2 opcode 16: LLVM decodes it, the model does not implement it
-    with pytest.raises(Unsupported, match=r"v_max_f32 at 0x200 is not implemented for gfx11 \(RDNA3\) \(LLVM opcode "
-                                          r"V_MAX_F32_e32"):
-        gfx11.decode(v_max_f32, 0x200, assembler(), "gfx1100")
+    pkrtz = struct.pack("<I", 0x5E000501)  # VOP2 opcode 47: LLVM decodes it, the model does not implement it
+    with pytest.raises(Unsupported, match=r"v_cvt_pk_rtz_f16_f32 at 0x200 is not implemented for gfx11 \(RDNA3\) "
+                                          r"\(LLVM opcode V_CVT_PK_RTZ_F16_F32_e32"):
+        gfx11.decode(pkrtz, 0x200, assembler(), "gfx1100")
     with pytest.raises(Undecodable, match="0x300"):
         gfx11.decode(struct.pack("<I", 0xF4080500), 0x300, assembler(), "gfx1100")  # half an 8-byte s_load
     with pytest.raises(Undecodable, match="0x404"):
