@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable
+from contextlib import closing
 from datetime import UTC, datetime
 from typing import TextIO
 
@@ -73,11 +74,12 @@ def emulate(cfg: FarmConfig, rows: list[Row], objects: dict[str, bytes | None], 
         assert data is not None
         llvm_mc = llvm_mc or str(tools(cfg.toolchain_pin.get("disassembler")).llvm_mc)  # LLVM decodes
         tasks.append(Task(row.key, row.op, row.target, dict(row.knobs), data, llvm_mc))
-    for result in parallel.results(cfg.executor, tasks):
-        if result.tool_failure:
-            raise FarmError(f"{result.key}: {result.tool_failure}", FIX)
-        results.append(result)
-        print(result.line(), file=out, flush=True)
+    with closing(parallel.results(cfg.executor, tasks)) as finished:  # the cluster ends on a FarmError too
+        for result in finished:
+            if result.tool_failure:
+                raise FarmError(f"{result.key}: {result.tool_failure}", FIX)
+            results.append(result)
+            print(result.line(), file=out, flush=True)
     return _finish(cfg, results, time.monotonic() - started, out)
 
 

@@ -10,7 +10,7 @@ object is NOT EMULATED, named with Ray's reason.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from farm.emulate.task import ObjectResult, Task, run
 IN_FLIGHT_PER_CPU = 2
 
 
-def results(executor_cfg: Mapping[str, Any], tasks: list[Task]) -> Iterator[ObjectResult]:
+def results(executor_cfg: Mapping[str, Any], tasks: list[Task]) -> Generator[ObjectResult, None, None]:
     """Each task's result as it finishes; the cluster is left (or ended) when the last one came."""
     if not tasks:
         return
