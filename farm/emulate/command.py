@@ -29,7 +29,7 @@ from farm.core.atomic import write_text_atomic
 from farm.core.canonical import canonical_json
 from farm.core.errors import FarmError
 from farm.emulate import parallel
-from farm.emulate.families import refusal
+from farm.emulate.families import CHECKS, ISAS, refusal
 from farm.emulate.isa import tools
 from farm.emulate.summary import groups, table
 from farm.emulate.task import ObjectResult, Task, json_number
@@ -73,7 +73,8 @@ def emulate(cfg: FarmConfig, rows: list[Row], objects: dict[str, bytes | None], 
             continue
         assert data is not None
         llvm_mc = llvm_mc or str(tools(cfg.toolchain_pin.get("disassembler")).llvm_mc)  # LLVM decodes
-        tasks.append(Task(row.key, row.op, row.target, dict(row.knobs), data, llvm_mc))
+        tasks.append(Task(row.key, row.op, row.target, dict(row.knobs), data, CHECKS[row.op], ISAS[row.target],
+                          llvm_mc))
     with closing(parallel.results(cfg.executor, tasks)) as finished:  # the cluster ends on a FarmError too
         for result in finished:
             if result.tool_failure:

@@ -3,8 +3,8 @@ op has a check here and its target an ISA; any other object is NOT EMULATED, wit
 
 Adding a family is one line in CHECKS (its check: `check(program, op, knobs, decoder) -> list[CaseOutcome]`,
 farm/emulate/outcome.py); adding an ISA is one line in ISAS (a module of amdgpu_models/isa/ with
-`decode(code, address, llvm_mc)`). Both are named by "module:attribute" text: the command's driver reads only
-these names, and each emulation task imports what it runs (farm/emulate/task.py).
+`decode(code, address, llvm_mc)`). Both are named by text: the command's driver reads only these names and
+ships them with each task, which imports what it runs (farm/emulate/task.py).
 """
 
 from __future__ import annotations
@@ -39,11 +39,16 @@ def runnable(op: str, target: str) -> bool:
     return refusal(op, target) is None
 
 
+def named(reference: str) -> Callable[..., Any]:
+    """The function a "module:attribute" reference of CHECKS names, or an ISAS module's `decode`."""
+    module, _, name = reference.partition(":")
+    return getattr(importlib.import_module(module), name or "decode")
+
+
 def check_of(op: str) -> Callable[..., Any]:
-    module, _, name = CHECKS[op].partition(":")
-    return getattr(importlib.import_module(module), name)
+    return named(CHECKS[op])
 
 
 def decoder_of(target: str) -> Callable[..., Any]:
     """The ISA's `decode(code, address, llvm_mc, ...)`."""
-    return importlib.import_module(ISAS[target]).decode
+    return named(ISAS[target])

@@ -21,7 +21,7 @@ from typing import Any
 from amdgpu_models.core.memory import BoundsError
 from amdgpu_models.core.wave import Unsupported
 from amdgpu_models.disasm import ToolFailed, ToolMissing, Undecodable
-from farm.emulate.families import check_of, decoder_of
+from farm.emulate.families import named
 from farm.emulate.launch import NotLaunchable, load
 from farm.emulate.outcome import CaseOutcome
 
@@ -35,6 +35,8 @@ class Task:
     target: str
     knobs: dict[str, Any]
     data: bytes
+    check: str  # the family's check, as farm/emulate/families.py CHECKS names it
+    isa: str  # the ISA's module, as ISAS names it
     llvm_mc: str  # LLVM's decoder, beside the pinned disassembler (farm/emulate/isa.py)
 
 
@@ -97,8 +99,8 @@ def run(task: Task) -> ObjectResult:
     result = ObjectResult(task.key, task.op, task.target, sha256=hashlib.sha256(task.data).hexdigest())
     started = time.monotonic()
     try:
-        decoder = partial(decoder_of(task.target), llvm_mc=Path(task.llvm_mc))
-        result.outcomes = check_of(task.op)(load(task.data), task.op, task.knobs, decoder)
+        decoder = partial(named(task.isa), llvm_mc=Path(task.llvm_mc))
+        result.outcomes = named(task.check)(load(task.data), task.op, task.knobs, decoder)
     except (NotLaunchable, Undecodable, Unsupported, BoundsError) as exc:
         result.stopped = f"stopped: {type(exc).__name__}: {exc}"
     except (ToolMissing, ToolFailed) as exc:
