@@ -7,6 +7,7 @@ type, shown as error/bound ("-": no output of that type). Measures that name no 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from farm.emulate.task import ObjectResult
@@ -42,14 +43,21 @@ class Group:
 
 
 def _nearer(error: float, bound: float, than_error: float, than_bound: float) -> bool:
-    """Is error/bound larger (NaN the largest)?"""
-    if error != error:  # NaN
-        return than_error == than_error
-    return than_error == than_error and error * than_bound > than_error * bound
+    """Is error/bound nearer its bound (or further past it) than the other? NaN is the furthest; a measure
+    that must be exact (bound 0) is at 0 when it is, past any bound when not."""
+    return _ratio(error, bound) > _ratio(than_error, than_bound)
+
+
+def _ratio(error: float, bound: float) -> float:
+    if math.isnan(error):
+        return math.inf
+    if bound > 0:
+        return error / bound
+    return 0.0 if error <= 0 else math.inf
 
 
 def _text(value: float) -> float | str:
-    return value if value == value and abs(value) != float("inf") else str(value)
+    return value if math.isfinite(value) else str(value)
 
 
 def groups(results: list[ObjectResult]) -> dict[tuple[str, str], Group]:
