@@ -1,13 +1,17 @@
 """farm/emulate/summary.py: `farm emulate`'s table counts each object once by what it ended as, and shows per
-output type the measure nearest its bound (an exact measure that holds never hides a real error)."""
+output type the measure nearest its bound (an exact measure that holds never hides a real error). And the
+order objects go to the workers: the last run's slowest first."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
+from farm.emulate.command import longest_first
 from farm.emulate.outcome import CaseOutcome, Fact
 from farm.emulate.summary import groups, table
-from farm.emulate.task import ObjectResult
+from farm.emulate.task import ObjectResult, Task
 
 
 @dataclass
@@ -44,3 +48,16 @@ def test_the_table_counts_objects_and_shows_the_measure_nearest_its_bound() -> N
     assert lines[2].split() == ["attn", "gfx12-generic", "1", "0", "1", "0", "-", "-", "-", "inf/0.0e+00", "1.5"]
     assert lines[3].split() == ["all", "4", "1", "2", "1", "-", "5.0e-03/4.0e-03", "2.0e-06/1.0e-05",
                                 "inf/0.0e+00", "6.0"]
+
+
+def test_the_last_runs_slowest_objects_go_first_and_unknown_ones_before_them(tmp_path: Path) -> None:
+    tasks = [Task(f"op/t/{name}", "op", "t", {}, b"", "m:check", "m", "llvm-mc") for name in "abcde"]
+    latest = tmp_path / "latest-emulate.json"
+    assert [t.key[-1] for t in longest_first(tasks, latest)] == list("abcde")  # no report: by key
+    latest.write_text(json.dumps({"objects": [
+        {"key": "op/t/a", "seconds": 1.0, "status": "within"}, {"key": "op/t/b", "seconds": 9.0, "status": "OUTSIDE"},
+        {"key": "op/t/c", "seconds": 0.0, "status": "NOT EMULATED"}, {"key": "op/t/e", "seconds": 3.0,
+                                                                      "status": "within"}]}))
+    assert [t.key[-1] for t in longest_first(tasks, latest)] == list("cdbea")
+    latest.write_text("{not json")
+    assert [t.key[-1] for t in longest_first(tasks, latest)] == list("abcde")

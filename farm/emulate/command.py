@@ -18,11 +18,14 @@ faithful as the semantics its unit tests pin down.
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import time
 from collections.abc import Iterable
 from contextlib import closing
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TextIO
 
 from farm.core.atomic import write_text_atomic
@@ -37,6 +40,8 @@ from farm.store.outtree import OutputDir
 from farm.table.config import FarmConfig
 from farm.table.rows import Row
 from farm.toolchain.disasm import FIX
+
+LATEST = "latest-emulate.json"
 
 
 def read_objects(cfg: FarmConfig, rows: list[Row]) -> dict[str, bytes | None]:
@@ -75,6 +80,7 @@ def emulate(cfg: FarmConfig, rows: list[Row], objects: dict[str, bytes | None], 
         llvm_mc = llvm_mc or str(tools(cfg.toolchain_pin.get("disassembler")).llvm_mc)  # LLVM decodes
         tasks.append(Task(row.key, row.op, row.target, dict(row.knobs), data, CHECKS[row.op], ISAS[row.target],
                           llvm_mc))
+    tasks = longest_first(tasks, cfg.report_dir / LATEST)
     with closing(parallel.results(cfg.executor, tasks)) as finished:  # the cluster ends on a FarmError too
         for result in finished:
             if result.tool_failure:
@@ -82,6 +88,18 @@ def emulate(cfg: FarmConfig, rows: list[Row], objects: dict[str, bytes | None], 
             results.append(result)
             print(result.line(), file=out, flush=True)
     return _finish(cfg, results, time.monotonic() - started, out)
+
+
+def longest_first(tasks: list[Task], latest: Path) -> list[Task]:
+    """The tasks in the order they go to the workers: those the last report timed, slowest first, after those
+    it did not (unknown: maybe slow); by key within equals. A long object started last would leave the other
+    CPUs idle at the end. The report's order is by key whatever the order they ran in."""
+    try:
+        report = json.loads(latest.read_text())
+        took = {str(o["key"]): float(o["seconds"]) for o in report["objects"] if o.get("status") != "NOT EMULATED"}
+    except (OSError, ValueError, KeyError, TypeError):
+        took = {}
+    return sorted(tasks, key=lambda t: (-took.get(t.key, math.inf), t.key))
 
 
 def _finish(cfg: FarmConfig, results: Iterable[ObjectResult], seconds: float, out: TextIO) -> int:
@@ -103,7 +121,7 @@ def _finish(cfg: FarmConfig, results: Iterable[ObjectResult], seconds: float, ou
               "objects": [r.as_json() for r in results], "outputs_dir": str(cfg.outputs_dir)}
     path = cfg.report_dir / f"emulate-{stamp}-{os.getpid()}.json"
     write_text_atomic(path, canonical_json(report))
-    write_text_atomic(cfg.report_dir / "latest-emulate.json", canonical_json(report))
+    write_text_atomic(cfg.report_dir / LATEST, canonical_json(report))
     print(f"wall {seconds:.1f} s; report: {path}", file=out)
     print(f"emulated={len(emulated)} within={within} outside={len(emulated) - within} not_emulated={missing} "
           f"max_err={max_err:.3g}", file=out)
