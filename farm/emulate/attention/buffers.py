@@ -16,8 +16,9 @@ from amdgpu_models.core.memory import Memory, guard_pattern
 from farm.emulate.launch import Kernel, NotLaunchable, Program
 from farm.emulate.outcome import CaseOutcome
 
-GUARD = 4096  # bytes on each side of every buffer: a multiple of 16 (buffers stay 16-byte aligned), and more than
-# the farthest a kernel here reads past a row it does not own (7 rows of 264 elements; the decode V staging)
+# Bytes on each side of every buffer: a multiple of 16 (buffers stay 16-byte aligned), and more than the farthest
+# past its last row a kernel here has been seen to read (the decode V staging: 7 rows of 2 heads x 256 elements).
+GUARD = 16384
 ELEMENT_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
 
 
