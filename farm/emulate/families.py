@@ -17,6 +17,9 @@ from typing import Any
 CHECKS: dict[str, str] = {
     "rmsnorm": "farm.emulate.rmsnorm_check:check",
     "rmsnorm_bwd": "farm.emulate.rmsnorm_check:check",
+    "sdpa_rdna": "farm.emulate.attention.forward_check:check",
+    "sdpa_rdna4": "farm.emulate.attention.forward_check:check",
+    "sdpa_rdna_decode": "farm.emulate.attention.decode_check:check",
 }
 
 # target -> the module of amdgpu_models that decodes its objects (its `decode`)
