@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+import numpy as np
+
 from farm.emulate.outcome import Fact
 
 SEED = 20261206
@@ -46,15 +48,20 @@ class ForwardCase:
     bias_batch_broadcast: bool = False
     masked_bias_row: bool = False  # one query row's bias all -inf, and a few -inf keys
     spread: float = SPREAD
+    index: int = 0  # the case's place in its object's list: its seed
     measured: dict[str, Fact] = field(default_factory=dict)  # what the run adds (the reference errors)
 
     @property
     def scale(self) -> float:
         return self.spread / self.head_dim**0.5
 
+    def rng(self) -> np.random.Generator:
+        """The case's inputs come from this generator alone (the same on every run)."""
+        return np.random.default_rng([SEED, self.index])
+
     def facts(self) -> dict[str, Fact]:
         own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "measured"}
-        return {**own, "scale": self.scale, **self.measured}
+        return {**own, "scale": self.scale, "seed": f"numpy default_rng([{SEED}, {self.index}])", **self.measured}
 
 
 @dataclass
@@ -72,15 +79,20 @@ class DecodeCase:
     order: str
     pad: int
     spread: float = SPREAD
+    index: int = 0
     measured: dict[str, Fact] = field(default_factory=dict)
 
     @property
     def scale(self) -> float:
         return self.spread / self.head_dim**0.5
 
+    def rng(self) -> np.random.Generator:
+        """The case's inputs come from this generator alone (the same on every run)."""
+        return np.random.default_rng([SEED, self.index])
+
     def facts(self) -> dict[str, Fact]:
         own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "measured"}
-        return {**own, "scale": self.scale, **self.measured}
+        return {**own, "scale": self.scale, "seed": f"numpy default_rng([{SEED}, {self.index}])", **self.measured}
 
 
 def forward_cases(knobs: dict, block_m: int) -> list[ForwardCase]:
@@ -95,7 +107,7 @@ def forward_cases(knobs: dict, block_m: int) -> list[ForwardCase]:
     ]
     if causal:
         cases.append(ForwardCase("masked", 1, 1, 1, 40, 23, baked or bound - 8, causal, bias, "bshd", 8))
-    return cases
+    return _numbered(cases)
 
 
 def decode_cases(knobs: dict) -> list[DecodeCase]:
@@ -108,4 +120,10 @@ def decode_cases(knobs: dict) -> list[DecodeCase]:
         cases.append(DecodeCase("masked", 1, 2, 2, 5, 3, d, causal, 1, True, "bshd", 0))
     else:
         cases.append(DecodeCase("empty cache", 1, 2, 1, 2, 0, d, causal, 2, True, "bshd", 0))
+    return _numbered(cases)
+
+
+def _numbered(cases: list) -> list:
+    for index, case in enumerate(cases):
+        case.index = index
     return cases

@@ -13,7 +13,7 @@ from amdgpu_models.core.memory import guard_pattern
 from amdgpu_models.core.workgroup import Decoder, Launch, Runner
 from farm.emulate.attention import reference, tolerance
 from farm.emulate.attention.buffers import Buffers, Strided, block, check_padding, kernarg, kernel, layout
-from farm.emulate.attention.cases import SEED, DecodeCase, decode_cases
+from farm.emulate.attention.cases import DecodeCase, decode_cases
 from farm.emulate.launch import NotLaunchable, Program
 from farm.emulate.numerics import decode, encode
 from farm.emulate.outcome import CaseOutcome
@@ -114,5 +114,4 @@ def check(program: Program, op: str, knobs: dict, decoder: Decoder) -> list[Case
         raise NotLaunchable(f"op {op!r} is not the RDNA attention decode (sdpa_rdna_decode)")
     split = Runner(program, kernel(program, "sdpa_decode_split"), decoder)
     merge = Runner(program, kernel(program, "sdpa_decode_merge"), decoder)
-    return [run_case(split, merge, knobs, case, np.random.default_rng([SEED, i]))
-            for i, case in enumerate(decode_cases(knobs))]
+    return [run_case(split, merge, knobs, case, case.rng()) for case in decode_cases(knobs)]

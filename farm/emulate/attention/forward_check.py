@@ -11,7 +11,7 @@ from amdgpu_models.core.memory import guard_pattern
 from amdgpu_models.core.workgroup import Decoder, Launch, Runner
 from farm.emulate.attention import reference, tolerance
 from farm.emulate.attention.buffers import Buffers, Strided, block, check_padding, kernarg, kernel, layout
-from farm.emulate.attention.cases import SEED, ForwardCase, forward_cases
+from farm.emulate.attention.cases import ForwardCase, forward_cases
 from farm.emulate.launch import NotLaunchable, Program
 from farm.emulate.numerics import decode, encode
 from farm.emulate.outcome import CaseOutcome
@@ -106,5 +106,4 @@ def check(program: Program, op: str, knobs: dict, decoder: Decoder) -> list[Case
     of = kernel(program, SYMBOLS[op])
     block_m = block(of)[0] // WAVE * ROWS_PER_WAVE
     runner = Runner(program, of, decoder)
-    return [run_case(runner, program, knobs, case, np.random.default_rng([SEED, i]))
-            for i, case in enumerate(forward_cases(knobs, block_m))]
+    return [run_case(runner, program, knobs, case, case.rng()) for case in forward_cases(knobs, block_m)]
