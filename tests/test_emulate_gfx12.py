@@ -272,8 +272,101 @@ def test_workgroup_ids_are_in_the_architected_trap_registers() -> None:
         Runner(gfx11_target, kernel, decoder)
 
 
+# -- what the attention objects use -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("line", "a", "b", "want", "scc"), [
+    ("s_sub_co_i32 s2, s0, s1", 5, 7, -2 & M32, False),  # s_sub_i32: SCC the signed overflow
+    ("s_sub_co_i32 s2, s0, s1", 0x80000000, 1, 0x7FFFFFFF, True),
+    ("s_addk_co_i32 s0, 0x100", 5, 0, 261, False),  # s_addk_i32: D += signext(simm16)
+    ("s_addk_co_i32 s0, 0xfff0", 5, 0, -11 & M32, False),
+    ("s_mulk_i32 s0, 0x4a00", 3, 0, 56832, None),  # D *= signext(simm16), SCC unchanged
+    ("s_mulk_i32 s0, 0xfffe", 7, 0, -14 & M32, None),
+    ("s_cvt_f32_u32 s2, s0", M32, 0, 0x4F800000, None),  # 2^32 - 1 rounds to 2^32
+    ("s_cvt_u32_f32 s2, s0", 0x40700000, 0, 3, None),  # 3.75 truncates to 3
+    ("s_cvt_u32_f32 s2, s0", 0xBF800000, 0, 0, None),  # negative: 0
+    ("s_cvt_u32_f32 s2, s0", NAN, 0, 0, None),
+    ("s_cvt_u32_f32 s2, s0", 0x4F800000, 0, M32, None),  # 2^32 saturates
+    ("s_cvt_u32_f32 s2, s0", 0x7F800000, 0, M32, None),  # +inf saturates
+])
+def test_attention_scalar_operations(line: str, a: int, b: int, want: int, scc: bool | None) -> None:
+    wave = run(line, sgpr={0: a, 1: b}, scc=True)
+    assert int(wave.sgpr[0 if line.startswith(("s_addk", "s_mulk")) else 2]) == want
+    assert wave.scc == (True if scc is None else scc)
+
+
+def test_signed_compare_less_or_equal() -> None:
+    assert run("s_cmp_le_i32 s0, s1", sgpr={0: -1 & M32, 1: 0}).scc
+    assert not run("s_cmp_le_i32 s0, s1", sgpr={0: 1, 1: 0}, scc=True).scc
+
+
+def test_64_bit_multiply_add_with_its_carry() -> None:
+    # (2^32 - 1)^2 + 2^64 - 1 = 2^65 - 2^33: the low 64 bits 0xfffffffe_00000000, a carry out of bit 63
+    wave = run("v_mad_co_u64_u32 v[2:3], s10, s0, v1, v[4:5]", sgpr={0: M32},
+               vgpr={1: [M32] * 16 + [1] * 16, 4: M32, 5: M32}, exec_mask=0x7FFFFFFF)
+    lane = np.arange(31)
+    assert wave.vgpr[2][:31].tolist() == np.where(lane < 16, 0, M32 - 1).tolist()  # lanes 16+: 2^64 - 1 + 2^32 - 1
+    assert wave.vgpr[3][:31].tolist() == [M32 - 1] * 16 + [0] * 15
+    assert int(wave.sgpr[10]) == 0x7FFFFFFF  # every active lane carried (lanes 16+: 2^64 + 2^32 - 2)
+
+
+SNAN, SNAN2 = 0x7F800001, 0x7F800002
+
+
+def test_maximum_number_ignores_nans_and_orders_zeros() -> None:
+    pairs = [(ONE, NAN), (NAN, ONE), (SNAN, TWO), (TWO, SNAN), (SNAN, SNAN2), (0x80000000, 0), (0, 0x80000000),
+             (0xC0400000, 0xC0A00000)]  # -3 vs -5
+    want = [ONE, ONE, TWO, TWO, SNAN | 0x400000, 0, 0, 0xC0400000]
+    a = [x for x, _ in pairs] + [0] * (32 - len(pairs))
+    b = [y for _, y in pairs] + [0] * (32 - len(pairs))
+    wave = run("v_max_num_f32_e32 v2, v0, v1\nv_max3_num_f32 v3, v0, v1, v4\n"
+               "v_dual_max_num_f32 v5, v0, v1 :: v_dual_subrev_f32 v6, v1, v0",
+               vgpr={0: a, 1: b, 4: [0xC1000000] * 32})  # -8: below every pair's maximum
+    assert wave.vgpr[2][:8].tolist() == want and wave.vgpr[5][:8].tolist() == want
+    assert wave.vgpr[3][:8].tolist() == [*want[:4], 0xC1000000, *want[5:]]  # max(quiet NaN, -8) is -8
+    subrev = run("v_subrev_f32_e32 v4, s3, v4\nv_min_u32_e32 v1, 0x17f, v2", sgpr={3: ONE},
+                 vgpr={4: 0x40700000, 2: [M32, 5] * 16})
+    assert int(subrev.vgpr[4][0]) == 0x40300000  # 3.75 - 1 = 2.75
+    assert subrev.vgpr[1][:2].tolist() == [0x17F, 5]  # unsigned: 0xffffffff is the larger
+    assert int(wave.vgpr[6][7]) == TWO  # v0 - v1: -3 - (-5) = 2
+
+
+def _rdna4_operand(matrix: np.ndarray) -> dict[int, list[int]]:
+    """A 16x16 matrix of 16-bit patterns ([outer][k]) in RDNA4's operand layout, as the ISA describes it: lane
+    l holds outer index l % 16 and K indices 8 * (l / 16) .. + 7; VGPR r the pair 2r, 2r + 1 (low half first)."""
+    lane = np.arange(32)
+    regs = {}
+    for r in range(4):
+        k = 8 * (lane // 16) + 2 * r
+        regs[r] = (matrix[lane % 16, k].astype(np.uint32) | matrix[lane % 16, k + 1].astype(np.uint32) << 16).tolist()
+    return regs
+
+
+@pytest.mark.parametrize("name", ["v_wmma_f32_16x16x16_f16", "v_wmma_f32_16x16x16_bf16"])
+def test_rdna4_wmma_layout(name: str) -> None:
+    kind = name.rsplit("_", 1)[1]
+    rng = np.random.default_rng(12)
+    a, b = rng.integers(-8, 9, (16, 16)), rng.integers(-8, 9, (16, 16))  # small integers: every sum exact
+    c = rng.integers(-64, 65, (16, 16))
+    if kind == "f16":
+        bits = lambda m: m.astype(np.float16).view(np.uint16)  # noqa: E731
+    else:
+        bits = lambda m: (m.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)  # noqa: E731
+    vgpr: dict[int, list[int] | int] = {}
+    vgpr |= {8 + r: v for r, v in _rdna4_operand(bits(a)).items()}  # A: [m][k]
+    vgpr |= {12 + r: v for r, v in _rdna4_operand(bits(b.T)).items()}  # B: lane l holds column n = l % 16
+    lane = np.arange(32)
+    for v in range(8):  # C and D: VGPR v, lane l is row v + 8 * (l / 16), column l % 16
+        vgpr[16 + v] = c[v + 8 * (lane // 16), lane % 16].astype(np.float32).view(np.uint32).tolist()
+    wave = run(f"{name} v[0:7], v[8:11], v[12:15], v[16:23]\n{name} v[24:31], v[8:11], v[12:15], 0", vgpr=vgpr)
+    for base, addend in ((0, c), (24, 0)):
+        want = (a @ b + addend).astype(np.float32)
+        got = np.array([wave.vgpr[base + v] for v in range(8)]).view(np.float32)
+        for v in range(8):
+            assert got[v].tolist() == want[v + 8 * (lane // 16), lane % 16].tolist(), (kind, base, v)
+
+
 def test_every_gfx12_only_mnemonic_and_alias_is_run_here() -> None:
     text = Path(__file__).read_text().replace("\\n", " ")
-    names = gfx12.ONLY | set(gfx12.ALIASES)
+    names = gfx12.ONLY & gfx12.ISA.mnemonics | set(gfx12.ALIASES)
     untested = sorted(n for n in names if not re.search(rf"(?<![a-z0-9_]){n}(_e32|_e64)?(?![a-z0-9_])", text))
     assert not untested, untested

@@ -10,7 +10,14 @@ usage notes: A and B take 8 VGPRs of two 16-bit values each; lane l holds row l 
 B), VGPR r's low half K index 2r and its high half 2r + 1, and lanes 16-31 must repeat lanes 0-15 (the guide
 requires it; the model stops when the copies differ, as what the hardware does then is not documented).
 The f32 accumulator C and result D take 8 VGPRs: lane l, VGPR v holds row 2v + l / 16, column l % 16.
+RDNA4 (gfx12, `RDNA4`), from the same sources: A and B take 4 VGPRs (8 halves per lane); lane l holds row
+l % 16 of A (column l % 16 of B) for K indices 8 * (l / 16) .. + 7, VGPR r's low half K 8 * (l / 16) + 2r and
+its high half the next; every element is held once. The f32 accumulator: lane l, VGPR v holds row
+v + 8 * (l / 16), column l % 16. gfx12 prints the same mnemonics as gfx11: the core names its WMMA
+`..._gfx12`, and isa/gfx12.py aliases its mnemonics to them.
 kernels_src/sdpa_rdna/SOURCE.md describes how the attention kernel relies on these layouts.
+C may also be an inline constant (LLVM's `v_wmma_f32_16x16x16_f16 v[0:7], v[8:11], v[12:15], 0`): every element
+of C is then that constant's binary32 value.
 
 Arithmetic (an assumption, not the hardware's documented behaviour): each product of two f16 or bf16 values
 is exact in binary64 (11 + 11 or 8 + 8 significant bits), the 16 products are added to C in binary64 in
@@ -87,6 +94,14 @@ RDNA3 = Layout(
 )
 
 
+RDNA4 = Layout(
+    "RDNA4 wave32",
+    operand_registers=4,
+    operand=lambda reg, lane, half: (lane % 16, 8 * (lane // 16) + 2 * reg + half),
+    accumulator=lambda reg, lane: (reg + 8 * (lane // 16), lane % 16),
+)
+
+
 def f16_values(halves: np.ndarray) -> np.ndarray:
     """16-bit patterns as binary16, widened exactly to binary64."""
     return halves.astype(np.uint16).view(np.float16).astype(np.float64)
@@ -110,6 +125,8 @@ class Wmma:
 WMMA: dict[str, Wmma] = {
     "v_wmma_f32_16x16x16_f16": Wmma(f16_values, RDNA3),
     "v_wmma_f32_16x16x16_bf16": Wmma(bf16_values, RDNA3),
+    "v_wmma_f32_16x16x16_f16_gfx12": Wmma(f16_values, RDNA4),
+    "v_wmma_f32_16x16x16_bf16_gfx12": Wmma(bf16_values, RDNA4),
 }
 
 
@@ -163,6 +180,9 @@ def run_wmma(wave: Wave, inst: Instruction, f: Fields) -> None:
     blocks = []
     for i, count in enumerate((layout.operand_registers, layout.operand_registers, layout.accumulator_registers)):
         code = f.src[i]
+        if i == 2 and code < VGPR_BASE:  # C an inline constant: every element that value
+            blocks.append(np.full((count, wave.lanes), wave.scalar(code, f.lit(i)), dtype=np.uint32))
+            continue
         if code < VGPR_BASE:
             raise Unsupported(f"{where}: source {i} is not a VGPR")
         first = code - VGPR_BASE

@@ -96,6 +96,13 @@ def _float(op: Callable[..., np.floating]) -> Callable[[Wave, tuple[int, ...], F
     return run
 
 
+def _f32_to_u32(value: np.float32) -> int:
+    """Truncation toward zero, saturating: NaN and negatives give 0, 2^32 and more 0xFFFFFFFF."""
+    if np.isnan(value) or value <= 0:
+        return 0
+    return min(int(min(float(value), 2.0**32)), MASK32)
+
+
 def _fmac(a: np.float32, b: np.float32, c: np.float32) -> np.floating:
     return fma_odd(np.array([a]), np.array([b]), np.array([c])).astype(np.float32)[0]
 
@@ -186,6 +193,9 @@ SOP: dict[str, Callable[[Wave, tuple[int, ...], Fields], None]] = {
     "s_mul_f32": _float(lambda a, b: a * b),
     "s_fmac_f32": _float(_fmac),
     "s_cvt_f32_i32": lambda w, s, f: _result(w, f, _bits(np.float32(_s32(s[0])))),
+    "s_cvt_f32_u32": lambda w, s, f: _result(w, f, _bits(np.float32(s[0]))),
+    "s_cvt_u32_f32": lambda w, s, f: _result(w, f, _f32_to_u32(_f32(s[0]))),
+    "s_mulk_i32": lambda w, s, f: _result(w, f, _s32(s[0]) * _sext16(s[1])),  # D *= signext(SIMM16), as s_addk
     "s_mov_b32": lambda w, s, f: _result(w, f, s[0]),
     "s_and_saveexec_b32": _and_saveexec,
     "s_add_u32": _add_u32,
@@ -221,6 +231,7 @@ SOP: dict[str, Callable[[Wave, tuple[int, ...], Fields], None]] = {
 SOPC: dict[str, Callable[[int, int], bool]] = {
     "s_cmp_ge_i32": lambda a, b: _s32(a) >= _s32(b),
     "s_cmp_lt_i32": lambda a, b: _s32(a) < _s32(b),
+    "s_cmp_le_i32": lambda a, b: _s32(a) <= _s32(b),
     "s_cmp_eq_u32": lambda a, b: a == b,
     "s_cmp_lg_u32": lambda a, b: a != b,
     "s_cmp_lt_u32": lambda a, b: a < b,

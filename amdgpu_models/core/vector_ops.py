@@ -101,6 +101,19 @@ def _min_max(a: U32, b: U32, greater: bool) -> U32:
     return result.astype(np.uint32)
 
 
+def _max_num_f32(a: U32, b: U32) -> U32:
+    """RDNA4's v_max_num_f32, IEEE 754-2019 maximumNumber: a NaN operand (quiet or signalling) gives the other
+    operand, two NaNs give src0 quieted, and +0 counts as greater than -0."""
+    fa, fb = as_f32(a), as_f32(b)
+    nan_a, nan_b = np.isnan(fa), np.isnan(fb)
+    with np.errstate(all="ignore"):
+        zeros = (fa == 0) & (fb == 0)
+        pick_a = np.where(zeros, ~(a >> 31).astype(bool) & (b >> 31).astype(bool), fa > fb)
+    result = np.where(pick_a, a, b)
+    result = np.where(nan_a, b, np.where(nan_b, a, result))
+    return np.where(nan_a & nan_b, a | QUIET, result).astype(np.uint32)
+
+
 def _i32(a: U32) -> np.ndarray:
     return a.view(np.int32)
 
@@ -157,6 +170,10 @@ ARITH: dict[str, Op] = {
     "v_log_f32": Op(_f(_log2), 1, True),
     "v_max_f32": Op(_max_f32, 2, True),
     "v_max3_f32": Op(lambda a, b, c: _max_f32(_max_f32(a, b), c), 3, True),
+    "v_max_num_f32": Op(_max_num_f32, 2, True),
+    "v_max3_num_f32": Op(lambda a, b, c: _max_num_f32(_max_num_f32(a, b), c), 3, True),
+    "v_subrev_f32": Op(_f(lambda a, b: b - a), 2, True),
+    "v_min_u32": Op(np.minimum, 2),
     "v_max_i32": Op(lambda a, b: np.maximum(_i32(a), _i32(b)).view(np.uint32), 2),
     "v_min_i32": Op(lambda a, b: np.minimum(_i32(a), _i32(b)).view(np.uint32), 2),
     "v_med3_i32": Op(_med3_i32, 3),
@@ -227,7 +244,8 @@ DUAL: dict[str, str] = {"v_dual_fmac_f32": "v_fmac_f32", "v_dual_mul_f32": "v_mu
                         "v_dual_add_f32": "v_add_f32", "v_dual_sub_f32": "v_sub_f32",
                         "v_dual_mov_b32": "v_mov_b32", "v_dual_add_nc_u32": "v_add_nc_u32",
                         "v_dual_lshlrev_b32": "v_lshlrev_b32", "v_dual_and_b32": "v_and_b32",
-                        "v_dual_max_f32": "v_max_f32"}
+                        "v_dual_max_f32": "v_max_f32", "v_dual_max_num_f32": "v_max_num_f32",
+                        "v_dual_subrev_f32": "v_subrev_f32"}
 
 
 def run_vector(wave: Wave, inst: Instruction, f: Fields) -> None:

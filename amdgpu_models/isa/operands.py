@@ -241,8 +241,8 @@ def _vop32(name: str, opcode: str, ops: list[McOperand]) -> Fields:
 def _vop3(form: str, name: str, inst: LlvmInstruction, ops: list[McOperand]) -> Fields:
     compare = name.startswith(("v_cmp_", "v_cmpx_"))
     # VOP3SD: a VGPR result and a scalar one (a carry or VCC mask), both before the sources
-    two_results = name.startswith(("v_div_scale", "v_mad_u64_u32", "v_mad_i64_i32", "v_add_co_", "v_sub_co_",
-                                   "v_subrev_co_"))
+    two_results = name.startswith(("v_div_scale", "v_mad_u64_u32", "v_mad_i64_i32", "v_mad_co_", "v_add_co_",
+                                   "v_sub_co_", "v_subrev_co_"))
     destinations = 0 if name.startswith("v_cmpx_") else 2 if two_results else 1
     count = _text_operands(inst.operands.split(" op_sel")[0]) - destinations
     true16 = "_t16_" in inst.opcode  # real true16: every source has a modifier word (op_sel bits in it)
