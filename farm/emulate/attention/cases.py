@@ -12,7 +12,7 @@ Forward (`sdpa_rdna`, `sdpa_rdna4`; block_m = 64 or 128 query rows per workgroup
 Decode (`sdpa_rdna_decode`; a split kernel, then a merge kernel):
 - "aligned": Sk = 2 chunks, 2 splits of one step each, 2 query positions of 4 query heads on 2 KV heads,
   return_lse = 0 (the LSE buffer must stay as it was).
-- "ragged": Sk = 2 chunks + 5, 4 splits of 3 steps (the last split empty), batch 2, GQA group 2, 9 query
+- "ragged": Sk = 1 chunk + 5, 3 splits of 2 steps (the last split empty), batch 2, GQA group 2, 9 query
   positions (18 packed rows: two row tiles at tile_m 16), head-major K and V padded by 8.
 - "masked" (causal objects): Sk < Sq (rows that see no key: O = 0, LSE = -inf); "empty cache" (non-causal
   objects): Sk = 0, every split empty, every row masked.
@@ -114,7 +114,7 @@ def decode_cases(knobs: dict) -> list[DecodeCase]:
     d, chunk, causal = int(knobs["head_dim"]), int(knobs["chunk"]), knobs["mask"] == "causal"
     cases = [
         DecodeCase("aligned", 1, 4, 2, 2, 2 * chunk, d, causal, 2, False, "bshd", 0),
-        DecodeCase("ragged", 2, 2, 1, 9, 2 * chunk + 5, d, causal, 4, True, "bhsd", 8),
+        DecodeCase("ragged", 2, 2, 1, 9, chunk + 5, d, causal, 3, True, "bhsd", 8),
     ]
     if causal:
         cases.append(DecodeCase("masked", 1, 2, 2, 5, 3, d, causal, 1, True, "bshd", 0))
