@@ -357,7 +357,7 @@ def descriptor(base: int, records: int, oob_select: int = 3) -> dict[int, int]:
     return {4: base & M32, 5: base >> 32, 6: records, 7: 0x01027000 | oob_select << 28}
 
 
-def test_buffer_b64_checks_each_dword_and_soffset_is_not_range_checked() -> None:
+def test_buffer_b64_checks_each_dword_and_soffset_counts_against_num_records() -> None:
     memory = Memory()
     at = memory.allocate("buf", np.arange(100, 164, dtype=np.uint32).tobytes())
     lane = np.arange(LANES)
@@ -368,11 +368,15 @@ def test_buffer_b64_checks_each_dword_and_soffset_is_not_range_checked() -> None
     first, second = 2 * lane + 1, 2 * lane + 2
     assert wave.vgpr[1].tolist() == np.where(first < 11, 100 + first, 0).tolist()
     assert wave.vgpr[2].tolist() == np.where(second < 11, 100 + second, 0).tolist()
-    # soffset moves the address but is not checked: s0 = 16 with NUM_RECORDS 8 still reads dwords 4 and 5
-    wave = wave_with({**descriptor(at, 8), 0: 16}, {0: 0})
+    # soffset moves the address and counts against NUM_RECORDS (offset + size <= NUM_RECORDS - soffset):
+    # s0 = 16, NUM_RECORDS 28: lane j's pair at 8j + 16 is in range while 8j + 4i + 4 <= 12
+    wave = wave_with({**descriptor(at, 28), 0: 16}, {0: [8 * j for j in range(LANES)]})
     run_program(wave, instructions("buffer_load_b64 v[1:2], v0, s[4:7], s0 offen\ns_endpgm"), memory,
                 Lds.of_size(0))
-    assert (wave.vgpr[1].tolist(), wave.vgpr[2].tolist()) == ([104] * 32, [105] * 32)
+    assert wave.vgpr[1].tolist() == [104, 106] + [0] * 30 and wave.vgpr[2].tolist() == [105, 0] + [0] * 30
+    wave = wave_with({**descriptor(at, 8), 0: 16}, {0: 0, 1: 55})  # soffset past NUM_RECORDS: nothing in range
+    run_program(wave, instructions("buffer_load_b32 v1, v0, s[4:7], s0 offen\ns_endpgm"), memory, Lds.of_size(0))
+    assert wave.vgpr[1].tolist() == [0] * 32
     wave = wave_with(descriptor(at, 12), {0: [8 * j for j in range(LANES)], 1: 7, 2: 9})
     run_program(wave, instructions("buffer_store_b64 v[1:2], v0, s[4:7], 0 offen\ns_endpgm"), memory,
                 Lds.of_size(0))

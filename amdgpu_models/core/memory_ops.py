@@ -5,12 +5,13 @@ instruction, so s_waitcnt has nothing to wait for in this model.
 Buffer resource descriptors (four SGPRs): base address, stride and NUM_RECORDS from words 0-2; stride,
 index and thread-id addressing must be off, and word 3's OOB_SELECT must be 3 or 2. OOB_SELECT 3 (raw): the
 model checks each dword (or the 16 bits of a 16-bit access) on its own against NUM_RECORDS: inside it goes to
-memory, past it a load returns 0 and a store is dropped. The offset checked is the instruction's offset plus
-the VGPR offset; the scalar offset (soffset) is added to the address but not checked, as LLVM documents its
-raw buffer intrinsics ("soffset ... excluded from bounds checking", IntrinsicsAMDGPU.td; MLIR's amdgpu dialect
-notes the treatment may differ between chips, so this is the model's assumption for gfx11). OOB_SELECT 2 (no
-range check: an access is out of range only when NUM_RECORDS is 0): every access goes to memory. Either way
-the real bounds of the allocations still hold.
+memory, past it a load returns 0 and a store is dropped. The scalar offset (soffset) counts: on RDNA a raw
+access is out of range when offset + its size > NUM_RECORDS - soffset (the subtraction clamped at 0), offset
+being the instruction's offset plus the VGPR offset, as AMD's MLIR/LLVM maintainers describe the hardware
+(ROCm/rocMLIR#678, llvm/llvm-project#169230; LLVM's older intrinsic comments say soffset is excluded, which
+holds for gfx9 but not, by those accounts, for RDNA). OOB_SELECT 2 (no range check: an access is out of
+range only when NUM_RECORDS is 0): every access goes to memory. Either way the address is base + soffset +
+offset, and the real bounds of the allocations still hold.
 """
 
 from __future__ import annotations
@@ -75,14 +76,15 @@ def _buffer(wave: Wave, inst: Instruction, f: Fields, memory: Memory, kind: str,
     if f.idxen or stride or add_tid or oob_select not in (RAW_OOB_SELECT, UNCHECKED_OOB_SELECT):
         raise Unsupported(f"{_where(inst)}: a buffer that is not raw (stride {stride}, idxen {f.idxen}, "
                           f"add_tid {add_tid}, OOB_SELECT {oob_select})")
-    soffset = wave.scalar(f.soffset, None)  # in the address, not in the range check
+    soffset = wave.scalar(f.soffset, None)
+    bound = max(records - soffset, 0)  # RDNA's raw range check: offset + size <= NUM_RECORDS - soffset
     offset = np.full(wave.lanes, f.imm, dtype=np.int64)
     if f.offen:
         offset += wave.vgpr[f.addr].astype(np.int64)
     active = wave.exec_mask
     for i in range(dwords):
         at = offset + 4 * i
-        inside = active & (at + size <= records) if oob_select == RAW_OOB_SELECT else active & (records != 0)
+        inside = active & (at + size <= bound) if oob_select == RAW_OOB_SELECT else active & (records != 0)
         if kind == "load":
             values = memory.gather(base + soffset + at, size, inside, _where(inst))  # 0 out of range
             wave.write_vgpr(f.dst + i, values, active)
