@@ -121,8 +121,9 @@ SOP64: dict[str, Callable[[Wave, Fields], None]] = {  # 64-bit sources and resul
 }
 
 # RDNA4's pseudo-scalar transcendentals (VOP3 encoded, LLVM's V_S_*_e64): one binary32 scalar value in, an SGPR
-# out, EXEC not involved; VOP3's abs and neg apply. The model returns the correctly rounded square root and
-# reciprocal (the ISA documents them to 1 ULP, as v_sqrt_f32 / v_rcp_f32).
+# out; VOP3's abs and neg apply. The model writes the SGPR whatever EXEC is (an assumption: the kernels run
+# them with lanes on, and what an all-off EXEC does is not pinned down here). The model returns the correctly
+# rounded square root and reciprocal (the ISA documents them to 1 ULP, as v_sqrt_f32 / v_rcp_f32).
 PSEUDO_SCALAR: dict[str, Callable[[np.float32], np.floating]] = {
     "v_s_sqrt_f32": np.sqrt,
     "v_s_rcp_f32": lambda a: np.float32(1) / a,
