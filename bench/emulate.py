@@ -3,10 +3,11 @@
     python bench/emulate.py [farm selection overrides]     default: every RDNA object
                                                            (targets=[gfx11-generic,gfx12-generic])
 
-Runs `farm emulate` once on the project's outputs/ (nothing is written there; its report goes to a temporary
-report_dir), then prints, per family and target: objects, their task seconds (min, mean, max per object,
-summed), and the run's wall time, CPUs and load average before and after. The emulate command's own table
-and last line are printed as they came. Ends with one machine-readable line:
+Runs `farm emulate` once on the project's outputs/ (nothing is written there; its reports go to
+.farm/reports/bench-emulate/, whose last report also orders the next run's objects slowest first), then
+prints, per family and target: objects, their task seconds (min, mean, max per object, summed), and the
+run's wall time, CPUs and load average before and after. The emulate command's own table and last line are
+printed as they came. Ends with one machine-readable line:
     emulate objects=N wall_s=W task_s=T per_object_s=P within=... not_emulated=... exit=E
 Exit: the command's.
 """
@@ -17,7 +18,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -28,19 +28,19 @@ RDNA = "targets=[gfx11-generic,gfx12-generic]"
 
 def main(argv: list[str]) -> int:
     words = argv or [RDNA]
-    with tempfile.TemporaryDirectory(prefix="bench-emulate-") as reports:
-        load_before = os.getloadavg()
-        started = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "farm.cli", "emulate", *words, f"report_dir={reports}"],
-                              cwd=ROOT, capture_output=True, text=True)
-        wall = time.monotonic() - started
-        load_after = os.getloadavg()
-        latest = Path(reports) / "latest-emulate.json"
-        if not latest.is_file():
-            sys.stdout.write(proc.stdout + proc.stderr)
-            print(f"emulate wrote no report (exit {proc.returncode})")
-            return proc.returncode or 1
-        report = json.loads(latest.read_text())
+    reports = ROOT / ".farm" / "reports" / "bench-emulate"
+    load_before = os.getloadavg()
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "farm.cli", "emulate", *words, f"report_dir={reports}"],
+                          cwd=ROOT, capture_output=True, text=True)
+    wall = time.monotonic() - started
+    load_after = os.getloadavg()
+    latest = reports / "latest-emulate.json"
+    if not latest.is_file():
+        sys.stdout.write(proc.stdout + proc.stderr)
+        print(f"emulate wrote no report (exit {proc.returncode})")
+        return proc.returncode or 1
+    report = json.loads(latest.read_text())
     lines = proc.stdout.rstrip().splitlines()
     table_at = next((i for i, line in enumerate(lines) if line.startswith("family ")), len(lines))
     print("\n".join(lines[table_at:]))
