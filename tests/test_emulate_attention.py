@@ -21,7 +21,8 @@ from farm.emulate.attention.buffers import GUARD, Buffers, Strided
 from farm.emulate.attention.cases import decode_cases, forward_cases
 from farm.emulate.launch import NotLaunchable, load
 
-OUTPUTS = REPO / "outputs"
+FORWARD_F16 = ("sdpa_rdna", "gfx11-generic", "sdpa_rdna_f16_d64_mask-none_bias-none")
+DECODE_F16 = ("sdpa_rdna_decode", "gfx11-generic", "sdpa_rdna_decode_f16_d64_none_c64_m16")
 
 
 def _inputs(dtype: str, seed: int, sq: int = 48, sk: int = 64, d: int = 64, hq: int = 2, hkv: int = 1,
@@ -167,17 +168,25 @@ def test_a_changed_guard_byte_or_input_fails_the_case() -> None:
         ("k guard", "guard bytes unchanged", float("inf"), False), ("k", "input unchanged", float("inf"), False)]
 
 
-def _object(op: str, target: str, name: str) -> Path:
-    path = OUTPUTS / op / target / f"{name}.hsaco"
-    if not path.is_file():
-        pytest.skip(f"{path} is not built")
-    return path
+@pytest.fixture(scope="module")
+def objects(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The outputs/ of a copy of this checkout with every object these tests run built (real compiles)."""
+    wanted = sorted({FORWARD_F16, DECODE_F16, *BUILT, *((m[0], m[1], m[2]) for m in MUTATIONS.values())})
+    project = copy_project(tmp_path_factory.mktemp("attention"))
+    names = ",".join("/".join(row) for row in wanted)
+    run_farm(project, "build", f"ops=[{','.join(sorted({r[0] for r in wanted}))}]",
+             "targets=[gfx11-generic,gfx12-generic]", f"names=[{names}]", check=True)
+    return project / "outputs"
 
 
-def test_documented_arguments_must_match_the_metadata() -> None:
-    forward = load(_object("sdpa_rdna", "gfx11-generic", "sdpa_rdna_f16_d64_mask-none_bias-none").read_bytes())
-    split = load(_object("sdpa_rdna_decode", "gfx11-generic",
-                         "sdpa_rdna_decode_f16_d64_none_c64_m16").read_bytes())
+def _object(outputs: Path, op: str, target: str, name: str) -> Path:
+    return outputs / op / target / f"{name}.hsaco"
+
+
+@pytest.mark.slow
+def test_documented_arguments_must_match_the_metadata(objects: Path) -> None:
+    forward = load(_object(objects, *FORWARD_F16).read_bytes())
+    split = load(_object(objects, *DECODE_F16).read_bytes())
     knobs = {"dtype": "f16", "head_dim": 64, "head_dim_max": 0, "mask": "none", "bias": "none"}
     never = partial(pytest.fail, "decoded")
     with pytest.raises(NotLaunchable, match="no kernel 'sdpa_rdna_fwd_0'"):
@@ -206,8 +215,9 @@ global_store_b32 v0, v1, s[4:5] offset:-4
 s_endpgm"""
 
 
-def test_a_store_before_the_output_fails_the_case_through_its_guard() -> None:
-    forward = load(_object("sdpa_rdna", "gfx11-generic", "sdpa_rdna_f16_d64_mask-none_bias-none").read_bytes())
+@pytest.mark.slow
+def test_a_store_before_the_output_fails_the_case_through_its_guard(objects: Path) -> None:
+    forward = load(_object(objects, *FORWARD_F16).read_bytes())
     knobs = {"dtype": "f16", "head_dim": 64, "head_dim_max": 0, "mask": "none", "bias": "none"}
     outcomes = forward_check.check(forward, "sdpa_rdna", knobs, _stub_decoder(STRAY_STORE))
     assert len(outcomes) == 2 and not any(o.within for o in outcomes)
@@ -215,8 +225,7 @@ def test_a_store_before_the_output_fails_the_case_through_its_guard() -> None:
         failed = {(m.output, m.criterion) for m in outcome.measures if not m.within}
         assert ("o guard", "guard bytes unchanged") in failed
         assert ("o", tolerance.LOWP) in failed  # never written: NaN
-    decode_obj = load(_object("sdpa_rdna_decode", "gfx11-generic",
-                              "sdpa_rdna_decode_f16_d64_none_c64_m16").read_bytes())
+    decode_obj = load(_object(objects, *DECODE_F16).read_bytes())
     knobs = {"dtype": "f16", "head_dim": 64, "mask": "none", "chunk": 64, "tile_m": 16}
     # the split kernel's fourth argument (offset 24) is the workspace: its guard is hit; the merge ends at once
     stub = _stub_decoder(STRAY_STORE, entry=decode_obj.kernels["sdpa_decode_split"].entry)
@@ -262,8 +271,8 @@ def _run(data: bytes, op: str, target: str, name: str) -> list:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("op", "target", "name"), BUILT)
-def test_built_objects_are_within_tolerance(op: str, target: str, name: str) -> None:
-    outcomes = _run(_object(op, target, name).read_bytes(), op, target, name)
+def test_built_objects_are_within_tolerance(objects: Path, op: str, target: str, name: str) -> None:
+    outcomes = _run(_object(objects, op, target, name).read_bytes(), op, target, name)
     assert outcomes and all(o.within for o in outcomes), [(o.case.facts(), o.measures) for o in outcomes]
     criteria = {m.criterion for o in outcomes for m in o.measures}
     assert {tolerance.LOWP, tolerance.ELEMENTWISE} <= criteria
@@ -296,7 +305,7 @@ MUTATIONS = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mutation", list(MUTATIONS))
-def test_a_mutated_kernel_source_is_outside(mutation: str, tmp_path: Path) -> None:
+def test_a_mutated_kernel_source_is_outside(objects: Path, mutation: str, tmp_path: Path) -> None:
     op, target, name, source, old, new, output = MUTATIONS[mutation]
     project = copy_project(tmp_path / "p")
     path = project / "kernels_src" / source
@@ -305,8 +314,8 @@ def test_a_mutated_kernel_source_is_outside(mutation: str, tmp_path: Path) -> No
     path.write_text(text.replace(old, new))
     run_farm(project, "build", f"ops=[{op}]", f"targets=[{target}]", f"names=[{name}]", check=True)
     data = (project / "outputs" / op / target / f"{name}.hsaco").read_bytes()
-    assert data != _object(op, target, name).read_bytes()  # the mutation reached the object
-    original = _run(_object(op, target, name).read_bytes(), op, target, name)
+    assert data != _object(objects, op, target, name).read_bytes()  # the mutation reached the object
+    original = _run(_object(objects, op, target, name).read_bytes(), op, target, name)
     mutated = _run(data, op, target, name)
 
     def within(outcome) -> bool:
@@ -318,11 +327,11 @@ def test_a_mutated_kernel_source_is_outside(mutation: str, tmp_path: Path) -> No
 
 
 @pytest.mark.slow
-def test_a_corrupted_instruction_stops_the_run_or_is_outside(tmp_path: Path) -> None:
+def test_a_corrupted_instruction_stops_the_run_or_is_outside(objects: Path) -> None:
     """v_exp_f32 (VOP1 opcode 0x25) turned into v_mov_b32 (opcode 1) in a built object: the scores pass through
     unexponentiated."""
-    op, target, name = "sdpa_rdna", "gfx11-generic", "sdpa_rdna_f16_d64_mask-none_bias-none"
-    data = bytearray(_object(op, target, name).read_bytes())
+    op, target, name = FORWARD_F16
+    data = bytearray(_object(objects, op, target, name).read_bytes())
     program = load(bytes(data))
     found = [i for i in gfx11.decode(program.text, program.text_address, assembler())
              if i.name == "v_exp_f32" and i.size == 4]
