@@ -10,6 +10,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from exact_floats import bits, round_f32, value
 from gfx11_asm import instructions, run
 
 from amdgpu_models.core.memory import Lds, Memory
@@ -21,31 +22,9 @@ M32 = 0xFFFFFFFF
 rng = np.random.default_rng(20261207)
 
 
-def bits(x: float) -> int:
-    return struct.unpack("<I", struct.pack("<f", x))[0]
-
-
-def value(b: int) -> Fraction:
-    return Fraction(struct.unpack("<f", struct.pack("<I", b))[0])
-
-
 def s32(x: int) -> int:
     x &= M32
     return x - (1 << 32) if x >> 31 else x
-
-
-def round_f32(q: Fraction) -> int:
-    """The binary32 nearest q, ties to even (finite, normal or subnormal results)."""
-    if q == 0:
-        return 0
-    sign, q = (0x80000000, -q) if q < 0 else (0, q)
-    exponent = max(q.numerator.bit_length() - q.denominator.bit_length() + 1, -125)
-    while q >= Fraction(2) ** exponent:
-        exponent += 1
-    while exponent > -125 and q < Fraction(2) ** (exponent - 1):
-        exponent -= 1
-    step = Fraction(2) ** (exponent - 24)
-    return sign | bits(float(round(q / step) * step))
 
 
 def words(n: int = LANES) -> list[int]:

@@ -20,6 +20,9 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from exact_floats import bits as f32_bits
+from exact_floats import round_f32
+from exact_floats import value as f32_value
 from gfx11_asm import run
 
 from amdgpu_models.core import matrix_ops
@@ -28,28 +31,6 @@ from amdgpu_models.core.wave import Unsupported
 F16 = "v_wmma_f32_16x16x16_f16 v[16:23], v[0:7], v[8:15], v[16:23]"
 BF16 = "v_wmma_f32_16x16x16_bf16 v[24:31], v[0:7], v[8:15], v[16:23]"
 rng = np.random.default_rng(20261206)
-
-
-def f32_bits(x: float) -> int:
-    return struct.unpack("<I", struct.pack("<f", x))[0]
-
-
-def f32_value(b: int) -> Fraction:
-    return Fraction(struct.unpack("<f", struct.pack("<I", b))[0])
-
-
-def round_f32(q: Fraction) -> int:
-    """The binary32 nearest q, ties to even (finite results, normal or subnormal)."""
-    if q == 0:
-        return 0
-    sign, q = (0x80000000, -q) if q < 0 else (0, q)
-    exponent = max(q.numerator.bit_length() - q.denominator.bit_length() + 1, -125)
-    while q >= Fraction(2) ** exponent:
-        exponent += 1
-    while exponent > -125 and q < Fraction(2) ** (exponent - 1):
-        exponent -= 1
-    step = Fraction(2) ** (exponent - 24)
-    return sign | f32_bits(float(round(q / step) * step))
 
 
 def f16_bits(x: float) -> int:

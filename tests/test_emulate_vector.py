@@ -4,38 +4,15 @@ guide's descriptions: binary32 results from exact rational arithmetic rounded to
 
 from __future__ import annotations
 
-import struct
 from fractions import Fraction
 
 import numpy as np
 import pytest
+from exact_floats import bits, round_f32, value
 from gfx11_asm import run
 
 LANES = 32
 rng = np.random.default_rng(20261202)
-
-
-def bits(x: float) -> int:
-    return struct.unpack("<I", struct.pack("<f", x))[0]
-
-
-def value(b: int) -> Fraction:
-    return Fraction(struct.unpack("<f", struct.pack("<I", b))[0])
-
-
-def round_f32(q: Fraction) -> int:
-    """The binary32 nearest the exact value q, ties to even (finite, normal or subnormal results)."""
-    if q == 0:
-        return 0
-    sign, q = (0x80000000, -q) if q < 0 else (0, q)
-    exponent = max(q.numerator.bit_length() - q.denominator.bit_length() + 1, -125)
-    while q >= Fraction(2) ** exponent:
-        exponent += 1
-    while exponent > -125 and q < Fraction(2) ** (exponent - 1):
-        exponent -= 1
-    step = Fraction(2) ** (exponent - 24)  # the spacing of binary32 values below 2^exponent
-    mantissa = round(q / step)  # Python rounds a Fraction's half to even
-    return sign | bits(float(mantissa * step))
 
 
 def lanes(values: list[int]) -> list[int]:
