@@ -28,10 +28,11 @@ def assembler() -> Path:
     return objdump.with_name(objdump.name.replace("objdump", "mc"))
 
 
-def assemble(source: str) -> bytes:
-    """The .text bytes of `source` (one instruction per line) assembled for gfx1100."""
-    proc = subprocess.run([str(assembler()), "-arch=amdgcn", "-mcpu=gfx1100", "-filetype=obj", "-o", "-"],
-                          input=source.encode(), capture_output=True, check=False)
+def assemble(source: str, mcpu: str = "gfx1100", mattr: str = "") -> bytes:
+    """The .text bytes of `source` (one instruction per line) assembled for `mcpu` (gfx1100 by default)."""
+    command = [str(assembler()), "-arch=amdgcn", f"-mcpu={mcpu}", "-filetype=obj", "-o", "-"]
+    proc = subprocess.run(command + ([f"-mattr={mattr}"] if mattr else []), input=source.encode(),
+                          capture_output=True, check=False)
     assert proc.returncode == 0, proc.stderr.decode()
     return ELFFile(io.BytesIO(proc.stdout)).get_section_by_name(".text").data()
 
@@ -50,6 +51,13 @@ def run(source: str, sgpr: dict[int, int] | None = None, vgpr: dict[int, list[in
         exec_mask: int = 0xFFFFFFFF, scc: bool = False) -> Wave:
     """`source` assembled and run on a fresh wave with the given registers (a VGPR: one value per lane or one
     for all lanes)."""
+    return run_decoded(instructions(source + "\ns_endpgm"), sgpr, vgpr, exec_mask, scc)
+
+
+def run_decoded(program: list[Instruction], sgpr: dict[int, int] | None = None,
+                vgpr: dict[int, list[int] | int] | None = None, exec_mask: int = 0xFFFFFFFF, scc: bool = False,
+                memory: Memory | None = None) -> Wave:
+    """Decoded instructions (of any ISA) run on a fresh wave32 with the given registers."""
     wave = Wave()
     wave.sgpr[126] = exec_mask
     wave.scc = scc
@@ -58,5 +66,5 @@ def run(source: str, sgpr: dict[int, int] | None = None, vgpr: dict[int, list[in
     for reg, values in (vgpr or {}).items():
         wave.vgpr[reg] = np.array(values, dtype=np.uint64).astype(np.uint32) if isinstance(values, list) \
             else values & 0xFFFFFFFF
-    run_program(wave, instructions(source + "\ns_endpgm"), Memory(), Lds.of_size(0))
+    run_program(wave, program, memory or Memory(), Lds.of_size(0))
     return wave
