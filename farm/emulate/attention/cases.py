@@ -32,8 +32,29 @@ SEED = 20261206
 SPREAD = 3.0
 
 
+class _SeededCase:
+    """What both kinds of case share: the softmax scale from the spread, the seeded inputs, the report's facts."""
+
+    spread: float
+    head_dim: int
+    index: int
+    measured: dict[str, Fact]
+
+    @property
+    def scale(self) -> float:
+        return self.spread / self.head_dim**0.5
+
+    def rng(self) -> np.random.Generator:
+        """The case's inputs come from this generator alone (the same on every run)."""
+        return np.random.default_rng([SEED, self.index])
+
+    def facts(self) -> dict[str, Fact]:
+        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "measured"}
+        return {**own, "scale": self.scale, "seed": f"numpy default_rng([{SEED}, {self.index}])", **self.measured}
+
+
 @dataclass
-class ForwardCase:
+class ForwardCase(_SeededCase):
     name: str
     batch: int
     heads_q: int
@@ -51,21 +72,9 @@ class ForwardCase:
     index: int = 0  # the case's place in its object's list: its seed
     measured: dict[str, Fact] = field(default_factory=dict)  # what the run adds (the reference errors)
 
-    @property
-    def scale(self) -> float:
-        return self.spread / self.head_dim**0.5
-
-    def rng(self) -> np.random.Generator:
-        """The case's inputs come from this generator alone (the same on every run)."""
-        return np.random.default_rng([SEED, self.index])
-
-    def facts(self) -> dict[str, Fact]:
-        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "measured"}
-        return {**own, "scale": self.scale, "seed": f"numpy default_rng([{SEED}, {self.index}])", **self.measured}
-
 
 @dataclass
-class DecodeCase:
+class DecodeCase(_SeededCase):
     name: str
     batch: int
     heads_q: int
@@ -81,18 +90,6 @@ class DecodeCase:
     spread: float = SPREAD
     index: int = 0
     measured: dict[str, Fact] = field(default_factory=dict)
-
-    @property
-    def scale(self) -> float:
-        return self.spread / self.head_dim**0.5
-
-    def rng(self) -> np.random.Generator:
-        """The case's inputs come from this generator alone (the same on every run)."""
-        return np.random.default_rng([SEED, self.index])
-
-    def facts(self) -> dict[str, Fact]:
-        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "measured"}
-        return {**own, "scale": self.scale, "seed": f"numpy default_rng([{SEED}, {self.index}])", **self.measured}
 
 
 def forward_cases(knobs: dict, block_m: int) -> list[ForwardCase]:
