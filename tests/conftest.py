@@ -267,6 +267,6 @@ def built(small_project: Path, tmp_path_factory: pytest.TempPathFactory, worker_
                 shutil.copytree(small_project / name, shared / name, symlinks=True)
             (shared / "done").touch()
             return small_project
-    for name in ("outputs", ".farm/reports"):
-        shutil.copytree(shared / name, small_project / name, symlinks=True)
+    for name in ("outputs", ".farm/reports"):  # an earlier test of this worker may have written reports here
+        shutil.copytree(shared / name, small_project / name, symlinks=True, dirs_exist_ok=True)
     return small_project

@@ -131,6 +131,26 @@ def test_a_kernel_whose_mean_forgets_1_over_n_is_outside(built: Path, tmp_path: 
     assert re.search(r"^OUTSIDE rmsnorm/gfx11-generic/rmsnorm_f32_infer_generic: y ", proc.stdout, re.M)
 
 
+def test_a_backward_kernel_whose_mean_term_is_halved_is_outside(built: Path, tmp_path: Path) -> None:
+    """The backward family's own mutation: dx's mean(x_hat * wdy) computed with 1/(2N) instead of 1/N, in the
+    generic (run-time N) path. dgamma does not use it, so only dx may be reported outside."""
+    project = built_copy(built, tmp_path / "p")
+    source = project / "kernels_src" / "rmsnorm_bwd" / "rmsnorm_bwd.py"
+    text = source.read_text()
+    assert text.count("inv_n = 1.0 / n.to(fx.Float32)") == 1
+    source.write_text(text.replace("inv_n = 1.0 / n.to(fx.Float32)", "inv_n = 0.5 / n.to(fx.Float32)"))
+    name = "rmsnorm_bwd_f32_generic1024"
+    selection = ("ops=[rmsnorm_bwd]", "targets=[gfx11-generic]", f"names=[{name}]",
+                 f"outputs_dir={tmp_path / 'out'}")
+    run_farm(project, "build", *selection, check=True)
+    proc = run_farm(project, "emulate", *selection, f"report_dir={tmp_path / 'reports'}")
+    assert proc.returncode == 1, proc.stdout
+    assert _last(proc.stdout)[:3] == (1, 0, 1)
+    report = json.loads((tmp_path / "reports" / "latest-emulate.json").read_text())
+    failed = {m["output"] for c in report["objects"][0]["cases"] for m in c["measures"] if not m["within"]}
+    assert failed == {"dx"}, failed
+
+
 def _patch_first(path: Path, name: str, word: int | None = None, opcode: int | None = None) -> int:
     """Rewrites the first `name` instruction of the object's code: its first dword set to `word`, or its VOP1
     opcode field to `opcode`. Returns the instruction's address."""
