@@ -12,8 +12,9 @@ import numpy as np
 from amdgpu_models.core.memory import guard_pattern
 from amdgpu_models.core.workgroup import Decoder, Launch, Runner
 from farm.emulate.attention import reference, tolerance
-from farm.emulate.attention.buffers import Buffers, Strided, block, check_padding, kernarg, kernel, layout
+from farm.emulate.attention.buffers import Buffers, Strided, block, kernarg, kernel, layout
 from farm.emulate.attention.cases import DecodeCase, decode_cases
+from farm.emulate.attention.judge import judged_o
 from farm.emulate.launch import NotLaunchable, Program
 from farm.emulate.numerics import decode, encode
 from farm.emulate.outcome import CaseOutcome
@@ -86,14 +87,8 @@ def run_case(split: Runner, merge: Runner, knobs: dict, case: DecodeCase, rng: n
     exact = reference.attention(q, k, v, case.scale, None, case.causal)
     key_slots = reference.decode_slots(sk, chunk, case.num_splits, slots_per_split)
     lowp, _ = reference.split_attention(q, k, v, case.scale, key_slots, case.causal, dtype)
-    raw_o = buffers.contents("o")
-    out = decode(place["o"].read(raw_o, np.uint16), dtype).reshape(b, hq, sq, d)
-    outcome = CaseOutcome(case)
-    measures, lowp_error = tolerance.measure_o(out, exact.o, exact.p_abs_v, exact.visible, lowp, dtype, sk,
-                                               float(np.max(np.abs(v), initial=0.0)))
-    outcome.measures.extend(measures)
-    case.measured.update(o_lowp_error=lowp_error, masked_rows=int(np.sum(~exact.visible)), slots=slots)
-    check_padding(outcome, "o", raw_o, place["o"], dtype)
+    outcome = judged_o(case, buffers, place["o"], exact, lowp, dtype, sk, v)
+    case.measured.update(slots=slots)
     raw_lse = buffers.contents("lse")
     if case.return_lse:
         lse = decode(raw_lse, "f32")[:rows].reshape(b, hq, sq)

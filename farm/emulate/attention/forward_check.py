@@ -9,9 +9,10 @@ import numpy as np
 
 from amdgpu_models.core.memory import guard_pattern
 from amdgpu_models.core.workgroup import Decoder, Launch, Runner
-from farm.emulate.attention import reference, tolerance
-from farm.emulate.attention.buffers import Buffers, Strided, block, check_padding, kernarg, kernel, layout
+from farm.emulate.attention import reference
+from farm.emulate.attention.buffers import Buffers, Strided, block, kernarg, kernel, layout
 from farm.emulate.attention.cases import ForwardCase, forward_cases
+from farm.emulate.attention.judge import judged_o
 from farm.emulate.launch import NotLaunchable, Program
 from farm.emulate.numerics import decode, encode
 from farm.emulate.outcome import CaseOutcome
@@ -87,14 +88,7 @@ def run_case(runner: Runner, program: Program, knobs: dict, case: ForwardCase, r
                                       .reshape(data["bias"].shape), (b, hq, sq, sk))
     exact = reference.attention(q, k, v, case.scale, bias_values, case.causal)
     lowp = reference.attention_low_precision(q, k, v, case.scale, dtype, bias_values, case.causal)
-    raw_o = buffers.contents("o")
-    out = decode(place["o"].read(raw_o, np.uint16), dtype).reshape(b, hq, sq, d)
-    outcome = CaseOutcome(case)
-    measures, lowp_error = tolerance.measure_o(out, exact.o, exact.p_abs_v, exact.visible, lowp, dtype, sk,
-                                               float(np.max(np.abs(v), initial=0.0)))
-    outcome.measures.extend(measures)
-    case.measured.update(o_lowp_error=lowp_error, masked_rows=int(np.sum(~exact.visible)))
-    check_padding(outcome, "o", raw_o, place["o"], dtype)
+    outcome = judged_o(case, buffers, place["o"], exact, lowp, dtype, sk, v)
     buffers.check_untouched(outcome)
     return outcome
 
