@@ -72,4 +72,18 @@ def _bytes_at(elf: image.Image, address: int, length: int) -> bytes:
     raise NotLaunchable(f"no section holds the {length} bytes at {address:#x}")
 
 
-__all__ = ["Argument", "Descriptor", "Kernel", "NotLaunchable", "Program", "load"]
+def kernel(program: Program, name: str) -> Kernel:
+    """The object's kernel `name`; NotLaunchable naming the kernels it has when it has no such kernel."""
+    if name not in program.kernels:
+        raise NotLaunchable(f"the object has no kernel {name!r} (it has {', '.join(sorted(program.kernels))})")
+    return program.kernels[name]
+
+
+def block(of: Kernel) -> tuple[int, int, int]:
+    """The kernel's workgroup size, which the model must know (.reqd_workgroup_size)."""
+    if of.workgroup_size is None:
+        raise NotLaunchable(f"{of.name} has no .reqd_workgroup_size; the model needs the block size")
+    return of.workgroup_size
+
+
+__all__ = ["Argument", "Descriptor", "Kernel", "NotLaunchable", "Program", "block", "kernel", "load"]

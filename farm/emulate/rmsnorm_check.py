@@ -17,7 +17,7 @@ import numpy as np
 
 from amdgpu_models.core.memory import Memory
 from amdgpu_models.core.workgroup import Decoder, Launch, Runner
-from farm.emulate.launch import Kernel, NotLaunchable, Program
+from farm.emulate.launch import Kernel, NotLaunchable, Program, block, kernel
 from farm.emulate.numerics import BYTES, TOLERANCE, Form, decode, encode, errors
 from farm.emulate.outcome import CaseOutcome, Fact
 
@@ -57,12 +57,6 @@ def backward_cases(knobs: dict) -> list[Case]:
     return [Case(3, n_max, 1e-6, 1.0, num_programs=2), Case(2, n_max // 4 - 3, 1e-3, 0.05, num_programs=3)]
 
 
-def _kernel(program: Program, name: str) -> Kernel:
-    if name not in program.kernels:
-        raise NotLaunchable(f"the object has no kernel {name!r} (it has {', '.join(sorted(program.kernels))})")
-    return program.kernels[name]
-
-
 def _kernarg(memory: Memory, kernel: Kernel, values: list[int | float]) -> int:
     """The kernel's argument block, each value at the offset and size the metadata gives (pointers and i32
     by size; a float where the launch passes one), padded: the kernels load arguments in 16-byte pieces."""
@@ -77,23 +71,17 @@ def _kernarg(memory: Memory, kernel: Kernel, values: list[int | float]) -> int:
     return memory.allocate(f"{kernel.name} arguments", bytes(block))
 
 
-def _block(kernel: Kernel) -> tuple[int, int, int]:
-    if kernel.workgroup_size is None:
-        raise NotLaunchable(f"{kernel.name} has no .reqd_workgroup_size; the model needs the block size")
-    return kernel.workgroup_size
-
-
 def run_forward(program: Program, knobs: dict, case: Case, rng: np.random.Generator, decoder: Decoder) -> CaseOutcome:
     form = Form.of(str(knobs["dtype"]))
-    kernel = _kernel(program, "rmsnorm_fwd_0")
+    fwd = kernel(program, "rmsnorm_fwd_0")
     x = encode(rng.standard_normal((case.m, case.n)) * case.scale, form.data)
     gamma = encode(rng.standard_normal(case.n), form.gamma)
     memory = Memory()
     at_x, at_gamma = memory.allocate("x", x), memory.allocate("gamma", gamma)
     at_y = memory.allocate("y", bytes(case.m * case.n * BYTES[form.data]))
     at_inv = memory.allocate("inv_rms", bytes(4 * case.m))
-    kernarg = _kernarg(memory, kernel, [at_x, at_gamma, at_y, at_inv, case.m, case.n, case.n, case.n, case.eps])
-    Runner(program, kernel, decoder).run(Launch(kernel, (case.m, 1, 1), _block(kernel), kernarg), memory)
+    kernarg = _kernarg(memory, fwd, [at_x, at_gamma, at_y, at_inv, case.m, case.n, case.n, case.n, case.eps])
+    Runner(program, fwd, decoder).run(Launch(fwd, (case.m, 1, 1), block(fwd), kernarg), memory)
 
     xs, g = decode(x, form.data).reshape(case.m, case.n), decode(gamma, form.gamma)
     inv_rms = 1.0 / np.sqrt(np.mean(xs * xs, axis=1) + np.float64(np.float32(case.eps)))
@@ -109,7 +97,7 @@ def run_forward(program: Program, knobs: dict, case: Case, rng: np.random.Genera
 def run_backward(program: Program, knobs: dict, case: Case, rng: np.random.Generator, decoder: Decoder,
                  ) -> CaseOutcome:
     form = Form.of(str(knobs["dtype"]))
-    partial, reduce = _kernel(program, "rmsnorm_bwd_partial"), _kernel(program, "rmsnorm_bwd_reduce")
+    partial, reduce = kernel(program, "rmsnorm_bwd_partial"), kernel(program, "rmsnorm_bwd_reduce")
     m, n, p = case.m, case.n, case.num_programs
     x = encode(rng.standard_normal((m, n)) * case.scale, form.data)
     dy = encode(rng.standard_normal((m, n)), form.data)
@@ -125,10 +113,10 @@ def run_backward(program: Program, knobs: dict, case: Case, rng: np.random.Gener
     at["dgamma"] = memory.allocate("dgamma", bytes(n * BYTES[form.gamma]))
     args = [at["x"], at["gamma"], at["dy"], at["inv_rms"], at["dx"], at["workspace"], m, n, p, n, n, n]
     Runner(program, partial, decoder).run(
-        Launch(partial, (p, 1, 1), _block(partial), _kernarg(memory, partial, args)), memory)
+        Launch(partial, (p, 1, 1), block(partial), _kernarg(memory, partial, args)), memory)
     grid = (-(-n // REDUCE_COLUMNS), 1, 1)
     args = [at["workspace"], at["dgamma"], n, p]
-    Runner(program, reduce, decoder).run(Launch(reduce, grid, _block(reduce), _kernarg(memory, reduce, args)), memory)
+    Runner(program, reduce, decoder).run(Launch(reduce, grid, block(reduce), _kernarg(memory, reduce, args)), memory)
 
     r = inv_rms.astype(np.float64)[:, None]
     x_hat, wdy = xs * r, g * dys

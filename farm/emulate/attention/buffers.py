@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from amdgpu_models.core.memory import Memory, guard_pattern
-from farm.emulate.launch import Kernel, NotLaunchable, Program
+from farm.emulate.launch import Kernel, NotLaunchable
 from farm.emulate.outcome import CaseOutcome
 
 # Bytes on each side of every buffer: a multiple of 16 (buffers stay 16-byte aligned), and more than the farthest
@@ -33,18 +33,6 @@ class Arg:
 def layout(*spec: tuple[str, int, str]) -> tuple[Arg, ...]:
     """Arguments from (name, offset, form) in order; the size follows from the form."""
     return tuple(Arg(name, offset, 4 if form in ("i32", "f32") else 8, form) for name, offset, form in spec)
-
-
-def kernel(program: Program, name: str) -> Kernel:
-    if name not in program.kernels:
-        raise NotLaunchable(f"the object has no kernel {name!r} (it has {', '.join(sorted(program.kernels))})")
-    return program.kernels[name]
-
-
-def block(of: Kernel) -> tuple[int, int, int]:
-    if of.workgroup_size is None:
-        raise NotLaunchable(f"{of.name} has no .reqd_workgroup_size; the model needs the block size")
-    return of.workgroup_size
 
 
 def kernarg(memory: Memory, of: Kernel, args: tuple[Arg, ...], values: dict[str, int | float]) -> int:

@@ -10,10 +10,10 @@ import numpy as np
 from amdgpu_models.core.memory import guard_pattern
 from amdgpu_models.core.workgroup import Decoder, Launch, Runner
 from farm.emulate.attention import reference
-from farm.emulate.attention.buffers import Buffers, Strided, block, kernarg, kernel, layout
+from farm.emulate.attention.buffers import Buffers, Strided, kernarg, layout
 from farm.emulate.attention.cases import ForwardCase, forward_cases
 from farm.emulate.attention.judge import judged_o
-from farm.emulate.launch import NotLaunchable, Program
+from farm.emulate.launch import NotLaunchable, Program, block, kernel
 from farm.emulate.numerics import decode, encode
 from farm.emulate.outcome import CaseOutcome
 
