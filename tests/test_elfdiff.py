@@ -23,6 +23,7 @@ from farm.assure.elfdiff import compare, render, summary, to_json
 pytestmark = pytest.mark.slow
 
 OBJ = "rmsnorm/{target}/rmsnorm_f32_{phase}_generic.hsaco"
+NAMES = "rmsnorm_f32_train_generic,rmsnorm_f32_infer_generic"  # the objects OBJ names: built, nothing else
 KERNEL = "rmsnorm_fwd_0"
 E_FLAGS_OFFSET = 0x30  # Elf64_Ehdr: e_ident 16, e_type 2, e_machine 2, e_version 4, e_entry/phoff/shoff 8 each
 E_SHOFF_OFFSET = 0x28
@@ -32,7 +33,7 @@ E_SHOFF_OFFSET = 0x28
 def objects(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """outputs/ of a real build: gfx942 and gfx950, f32, train and infer phases (4 objects)."""
     project = copy_project(tmp_path_factory.mktemp("elfdiff"))
-    run_farm(project, "build", "targets=[gfx942,gfx950]", "dtypes=[f32]", check=True)
+    run_farm(project, "build", "ops=[rmsnorm]", "targets=[gfx942,gfx950]", f"names=[{NAMES}]", check=True)
     return project / "outputs"
 
 
@@ -158,7 +159,7 @@ def test_real_object_from_another_linker(objects: Path, tmp_path: Path) -> None:
     """A real rebuild with Debian's LLD 19 (a second pinned toolchain) differs only in linker identity."""
     project = copy_project(tmp_path)
     write_lld19_toolchain(project, "pinned")
-    run_farm(project, "build", "targets=[gfx942]", "dtypes=[f32]", "ops=[rmsnorm]", check=True)
+    run_farm(project, "build", "ops=[rmsnorm]", "targets=[gfx942]", "names=[rmsnorm_f32_train_generic]", check=True)
     rel = OBJ.format(target="gfx942", phase="train")
     diffs = compare((objects / rel).read_bytes(), (project / "outputs" / rel).read_bytes())
     assert diffs[0].message == "linker differs (.comment: 'Linker: LLD 22.1.8' vs 'Linker: Debian LLD 19.1.7')"
