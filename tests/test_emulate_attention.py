@@ -191,8 +191,8 @@ def test_documented_arguments_must_match_the_metadata(objects: Path) -> None:
     never = partial(pytest.fail, "decoded")
     with pytest.raises(NotLaunchable, match="no kernel 'sdpa_rdna_fwd_0'"):
         forward_check.check(split, "sdpa_rdna", knobs, never)
-    with pytest.raises(NotLaunchable, match="not an RDNA attention forward"):
-        forward_check.check(forward, "sdpa_cdna", knobs, never)
+    with pytest.raises(NotLaunchable, match="not an attention forward"):
+        forward_check.check(forward, "sdpa_rdna_decode", knobs, never)
     renamed = type(split)(split.target, split.text, split.text_address,
                           {"sdpa_rdna_fwd_0": split.kernels["sdpa_decode_split"]})
     with pytest.raises(NotLaunchable, match="the metadata's arguments"):

@@ -9,6 +9,10 @@ Forward (`sdpa_rdna`, `sdpa_rdna4`; block_m = 64 or 128 query rows per workgroup
   -inf (a fully masked row) and a few -inf keys elsewhere; the generic tiers at their smallest head dim (8).
 - "masked" (causal objects): Sk < Sq, so the first Sq - Sk queries see no key; the generic tiers at the bound
   minus 8 (a head dim that is not a whole WMMA step).
+Forward on CDNA (`sdpa_cdna`, `sdpa_cdna_dualwave`; head-dim buckets, no bias, an LSE output): the same three
+cases (`bucket_forward_cases`), "aligned" at the buckets (QK and V/O) with write_lse = 0 (the LSE buffer must
+stay as it was), "ragged" and "masked" at the buckets minus 8 (the columns past the run-time head dims are
+loaded as zeros and O's are not stored) with write_lse = 1.
 Decode (`sdpa_rdna_decode`; a split kernel, then a merge kernel):
 - "aligned": Sk = 2 chunks, 2 splits of one step each, 2 query positions of 4 query heads on 2 KV heads,
   return_lse = 0 (the LSE buffer must stay as it was).
@@ -68,6 +72,8 @@ class ForwardCase(_SeededCase):
     pad: int  # elements after each row (sequence position)
     bias_batch_broadcast: bool = False
     masked_bias_row: bool = False  # one query row's bias all -inf, and a few -inf keys
+    head_dim_v: int = 0  # V and O's head dim; 0: head_dim
+    write_lse: bool = False  # the kernel writes LSE (CDNA's run-time write_lse)
     spread: float = SPREAD
     index: int = 0  # the case's place in its object's list: its seed
     measured: dict[str, Fact] = field(default_factory=dict)  # what the run adds (the reference errors)
@@ -104,6 +110,22 @@ def forward_cases(knobs: dict, block_m: int) -> list[ForwardCase]:
     ]
     if causal:
         cases.append(ForwardCase("masked", 1, 1, 1, 40, 23, baked or bound - 8, causal, bias, "bshd", 8))
+    return _numbered(cases)
+
+
+def bucket_forward_cases(knobs: dict, block_m: int) -> list[ForwardCase]:
+    """The CDNA forward cases (knobs dtype, head_dim, head_dim_v (absent: head_dim), causal, tile)."""
+    d = int(knobs["head_dim"])
+    dv = int(knobs.get("head_dim_v") or d)
+    causal = bool(int(knobs["causal"]))
+    cases = [
+        ForwardCase("aligned", 1, 2, 1, block_m, block_m, d, causal, "none", "bshd", 0, head_dim_v=dv),
+        ForwardCase("ragged", 2, 1, 1, block_m + 13, block_m + 21, d - 8, causal, "none", "bhsd", 8,
+                    head_dim_v=dv - 8, write_lse=True),
+    ]
+    if causal:
+        cases.append(ForwardCase("masked", 1, 1, 1, 40, 23, d - 8, causal, "none", "bshd", 8, head_dim_v=dv - 8,
+                                 write_lse=True))
     return _numbered(cases)
 
 
