@@ -20,6 +20,9 @@ CHECKS: dict[str, str] = {
     "sdpa_rdna": "farm.emulate.attention.forward_check:check",
     "sdpa_rdna4": "farm.emulate.attention.forward_check:check",
     "sdpa_rdna_decode": "farm.emulate.attention.decode_check:check",
+    "sdpa_cdna": "farm.emulate.attention.forward_check:check",
+    "sdpa_cdna_dualwave": "farm.emulate.attention.forward_check:check",
+    "sdpa_cdna_decode": "farm.emulate.attention.decode_check:check",
 }
 
 # target -> the module of amdgpu_models that decodes its objects (its `decode`)

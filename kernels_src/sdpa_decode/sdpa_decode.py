@@ -190,6 +190,8 @@ class Plan:
         # the S phase at D <= 128 (`v_early`), else after the softmax one staging unit at a time
         # (`stage_window` 0: at D = 256 the O^T accumulator alone is 128 VGPRs).
         self.prefetch = m.family == "cdna"
+        # V staging rows in the VGPR offset where the SGPR offset does not count in the buffer range check (gfx9)
+        self.row_in_voffset = m.family == "cdna"
         self.v_early = self.d <= 128
         self.stage_window = 0 if self.d == 256 else self.units
         # S phase: ~128 bytes of K (and re-read Q) loads in flight per lane; PV phase: V^T operands.
@@ -380,8 +382,16 @@ def _unit_base(p: Plan, tid: Any, u: int, v_stride: Any) -> tuple:
 
 
 def stage_load(p: Plan, v_rs: Any, tid: Any, v_stride: Any, u: int) -> list:
-    """Staging unit u of this thread: `run` 16-byte loads (consecutive keys, 8 columns)."""
+    """Staging unit u of this thread: `run` 16-byte loads (consecutive keys, 8 columns).
+
+    A run may cross the step's last key: its rows past it must read 0 through the descriptor's bound. RDNA counts
+    the SGPR offset in that check (offset + size > NUM_RECORDS - soffset), so there rows 1 .. run - 1 go in the
+    SGPR offset (one VGPR per unit); GFX9/CDNA's ISA guides check only the instruction and VGPR offsets (raw
+    buffer: out of range if inst_offset + vgpr_offset >= NUM_RECORDS), so there the whole row offset is in the
+    VGPR offset (`row_in_voffset`), which is in range by either reading of the check."""
     base = _unit_base(p, tid, u, v_stride)[2]
+    if p.row_in_voffset:
+        return [_load16(v_rs, base + r * v_stride * ELEM_BYTES, 0, p.elem_t) for r in range(p.run)]
     return [_load16(v_rs, base, r * v_stride * ELEM_BYTES, p.elem_t) for r in range(p.run)]
 
 

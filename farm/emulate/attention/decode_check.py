@@ -1,9 +1,10 @@
-"""`sdpa_rdna_decode` objects on the model: per case the split kernel, then the merge kernel, launched as
-kernels_src/sdpa_decode/SOURCE.md documents them (split: grid (num_splits, batch * heads_kv,
-ceil(group * seqlen_q / tile_m)), its block from .reqd_workgroup_size; merge: grid (batch * heads_q *
-seqlen_q), 64 threads), sharing an f32 workspace of rows * slots * (D + 1) elements (slots = num_splits *
-waves_n, waves_n = the split block's waves / (tile_m / 16)). O and LSE against the binary64 reference;
-the low-precision twin goes through the same split and merge (reference.split_attention)."""
+"""`sdpa_rdna_decode` (RDNA, wave32) and `sdpa_cdna_decode` (CDNA, wave64) objects on the model, one check for
+both (one generator, the same kernarg layouts and launch): per case the split kernel, then the merge kernel,
+launched as kernels_src/sdpa_decode/SOURCE.md documents them (split: grid (num_splits, batch * heads_kv,
+ceil(group * seqlen_q / tile_m)), its block from .reqd_workgroup_size; merge: grid (batch * heads_q * seqlen_q),
+64 threads), sharing an f32 workspace of rows * slots * (D + 1) elements (slots = num_splits * waves_n, waves_n =
+the split block's waves / (tile_m / 16), its waves counted in the kernel's own wavefront size). O and LSE against
+the binary64 reference; the low-precision twin goes through the same split and merge (reference.split_attention)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from farm.emulate.launch import NotLaunchable, Program, block, kernel
 from farm.emulate.numerics import decode, encode
 from farm.emulate.outcome import CaseOutcome
 
-WAVE = 32
+OPS = ("sdpa_rdna_decode", "sdpa_cdna_decode")
 MMA_ROWS = 16
 MERGE_THREADS = 64
 SPLIT_ARGS = layout(
@@ -36,9 +37,10 @@ MERGE_ARGS = layout(
 )
 
 
-def waves_n(split_threads: int, tile_m: int) -> int:
-    """Waves along the key axis of the split kernel: its waves over the waves along M (tile_m / 16)."""
-    waves, along_m = split_threads // WAVE, tile_m // MMA_ROWS
+def waves_n(split_threads: int, tile_m: int, wave: int) -> int:
+    """Waves along the key axis of the split kernel: its waves (of `wave` lanes, the kernel's wavefront size) over
+    the waves along M (tile_m / 16)."""
+    waves, along_m = split_threads // wave, tile_m // MMA_ROWS
     if waves % along_m:
         raise NotLaunchable(f"the split kernel's {waves} waves do not divide into tile_m {tile_m} / 16 rows")
     return waves // along_m
@@ -48,7 +50,7 @@ def run_case(split: Runner, merge: Runner, knobs: dict, case: DecodeCase, rng: n
              ) -> CaseOutcome:
     dtype, tile_m, chunk = str(knobs["dtype"]), int(knobs["tile_m"]), int(knobs["chunk"])
     b, hq, hkv, sq, sk, d = case.batch, case.heads_q, case.heads_kv, case.seqlen_q, case.seqlen_k, case.head_dim
-    slots_per_split = waves_n(block(split.kernel)[0], tile_m)
+    slots_per_split = waves_n(block(split.kernel)[0], tile_m, split.kernel.wavefront_size)
     data = {"q": encode(rng.standard_normal((b, hq, sq, d)), dtype),
             "k": encode(rng.standard_normal((b, hkv, sk, d)), dtype),
             "v": encode(rng.standard_normal((b, hkv, sk, d)), dtype)}
@@ -105,8 +107,8 @@ def run_case(split: Runner, merge: Runner, knobs: dict, case: DecodeCase, rng: n
 
 def check(program: Program, op: str, knobs: dict, decoder: Decoder) -> list[CaseOutcome]:
     """Every case of one decode object, inputs seeded by the case's index."""
-    if op != "sdpa_rdna_decode":
-        raise NotLaunchable(f"op {op!r} is not the RDNA attention decode (sdpa_rdna_decode)")
+    if op not in OPS:
+        raise NotLaunchable(f"op {op!r} is not an attention decode op ({', '.join(OPS)})")
     split = Runner(program, kernel(program, "sdpa_decode_split"), decoder)
     merge = Runner(program, kernel(program, "sdpa_decode_merge"), decoder)
     return [run_case(split, merge, knobs, case, case.rng()) for case in decode_cases(knobs)]
