@@ -30,6 +30,11 @@ def guard_pattern(size: int) -> np.ndarray:
     return np.frombuffer(GUARD_WORD * (size // 4 + 1), dtype=np.uint8)[:size].copy()
 
 
+# gather/scatter: a value's byte offsets, and its little-endian type, by size in bytes
+_BYTE_STEPS = {size: np.arange(size, dtype=np.int64) for size in (1, 2, 4)}
+_LITTLE = {1: np.uint8, 2: np.dtype("<u2"), 4: np.dtype("<u4")}
+
+
 class BoundsError(RuntimeError):
     """A load or store outside every allocation (or outside the workgroup's LDS)."""
 
@@ -108,8 +113,9 @@ class Memory:
             return out
         allocation, _ = self._span(addresses[lanes], size, what)
         offsets = addresses[lanes].astype(np.int64) - allocation.start
-        for k in range(size):  # byte k of every lane at once
-            out[lanes] |= allocation.region[offsets + k].astype(np.uint32) << np.uint32(8 * k)
+        # Every lane's `size` bytes in one indexing, read as little-endian values of that size.
+        raw = allocation.region[offsets[:, None] + _BYTE_STEPS[size]]
+        out[lanes] = raw.view(_LITTLE[size]).reshape(-1)
         return out
 
     def scatter(self, addresses: np.ndarray, values: np.ndarray, size: int, active: np.ndarray, what: str,
@@ -121,8 +127,10 @@ class Memory:
             return
         allocation, _ = self._span(addresses[lanes], size, what)
         offsets = addresses[lanes].astype(np.int64) - allocation.start
-        for k in range(size):
-            allocation.region[offsets + k] = (values[lanes] >> np.uint32(8 * k) & 0xFF).astype(np.uint8)
+        # Each lane's low `size` bytes, little-endian, in one assignment ordered byte 0 of every lane, then
+        # byte 1, ...: of equal indices the last is kept, as when each byte was stored in turn.
+        raw = values[lanes].astype("<u4").view(np.uint8).reshape(-1, 4)[:, :size]
+        allocation.region[(offsets[None, :] + _BYTE_STEPS[size][:, None]).reshape(-1)] = raw.T.reshape(-1)
 
     def _span(self, addresses: np.ndarray, size: int, what: str) -> tuple[Allocation, int]:
         """The one allocation holding every address (each lane checked on its own when they differ)."""
@@ -147,7 +155,7 @@ class Lds:
 
     def _check(self, addresses: np.ndarray, size: int, active: np.ndarray) -> None:
         bad = active & ((addresses < 0) | (addresses + size > len(self.data)))
-        if np.any(bad):
+        if bad.any():
             lane = int(np.flatnonzero(bad)[0])
             raise BoundsError(f"LDS access of {size} bytes at {int(addresses[lane]):#x} (lane {lane}) is "
                               f"outside the {len(self.data)} bytes the kernel declares")
@@ -156,7 +164,7 @@ class Lds:
         """One dword per active lane."""
         self._check(addresses, 4, active)
         words = self.data.view(np.uint32) if len(self.data) % 4 == 0 else None
-        if words is not None and not np.any(addresses[active] % 4):
+        if words is not None and not (addresses[active] % 4).any():
             safe = np.where(active, addresses, 0) // 4
             return np.where(active, words[safe], 0).astype(np.uint32)
         out = np.zeros(len(addresses), dtype=np.uint32)
@@ -170,7 +178,7 @@ class Lds:
         highest lane wins."""
         self._check(addresses, size, active)
         lanes = np.flatnonzero(active)
-        if size == 4 and len(self.data) % 4 == 0 and not np.any(addresses[lanes] % 4):
+        if size == 4 and len(self.data) % 4 == 0 and not (addresses[lanes] % 4).any():
             self.data.view(np.uint32)[addresses[lanes] // 4] = values[lanes]
             return
         for lane in lanes:

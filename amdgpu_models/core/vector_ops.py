@@ -344,7 +344,7 @@ def _write(wave: Wave, inst: Instruction, f: Fields, result: U32, mask: np.ndarr
         old = wave.vgpr[reg]
         result = result & np.uint32(0xFFFF)
         result = (old & np.uint32(0xFFFF)) | (result << 16) if high else (old & np.uint32(0xFFFF0000)) | result
-    wave.write_vgpr(reg, result.astype(np.uint32), mask)
+    wave.write_vgpr(reg, result.astype(np.uint32, copy=False), mask)  # written at once: no copy needed
 
 
 # -- operation kinds -----------------------------------------------------------------------------------------
@@ -357,7 +357,7 @@ def _arith(wave: Wave, inst: Instruction, f: Fields, op: Op) -> None:
     sources = [values for values, _ in read]
     if op.accumulates:
         sources.append(wave.vgpr[f.dst].copy())
-    result = op.fn(*sources).astype(np.uint32)
+    result = op.fn(*sources).astype(np.uint32, copy=False)
     _write(wave, inst, f, result, _write_mask(wave, inst, read[0][1]), op.half_result)
 
 

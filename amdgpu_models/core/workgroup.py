@@ -25,6 +25,7 @@ MAX_STEPS = 5_000_000  # per workgroup: a kernel that never ends is an error, no
 MAX_LDS_BYTES = 65536  # RDNA3's LDS per workgroup
 MAX_KERNARG_BYTES = 4096
 MAX_WORKGROUP = 1024  # work-items per workgroup
+BARRIERS = frozenset({"s_barrier", "s_barrier_wait"})  # where a wave stops until the others arrive
 TTMP7, TTMP9 = TTMP_FIRST + 7, TTMP_FIRST + 9  # GFX12's architected workgroup ids: y | z << 16, and x
 
 
@@ -106,18 +107,20 @@ class Runner:
 
     def _until_barrier(self, wave: Wave, memory: Memory, lds: Lds) -> int:
         steps = 0
+        at = self.code.get  # the loop runs once per instruction: its lookups are bound once
         while not wave.done:
-            found = self.code.get(wave.pc)
+            found = at(wave.pc)
             if found is None:
                 raise Unsupported(f"the program counter {wave.pc:#x} is not at an instruction")
             inst, f = found
             steps += 1
-            if inst.name == "s_barrier_wait":  # RDNA4: the wave has signalled (s_barrier_signal) before
-                if f.imm != BARRIER_WORKGROUP or not wave.barrier_signalled:
-                    raise Unsupported(f"s_barrier_wait {f.imm:#x} at {inst.address:#x} without this wave's "
-                                      "s_barrier_signal -1 (only the workgroup barrier is modelled)")
-                wave.barrier_signalled = False
-            if inst.name in ("s_barrier", "s_barrier_wait"):
+            name = inst.name
+            if name in BARRIERS:
+                if name == "s_barrier_wait":  # RDNA4: the wave has signalled (s_barrier_signal) before
+                    if f.imm != BARRIER_WORKGROUP or not wave.barrier_signalled:
+                        raise Unsupported(f"s_barrier_wait {f.imm:#x} at {inst.address:#x} without this wave's "
+                                          "s_barrier_signal -1 (only the workgroup barrier is modelled)")
+                    wave.barrier_signalled = False
                 wave.pc += inst.size
                 wave.at_barrier = True
                 return steps
