@@ -29,6 +29,7 @@ class Fields:
     opsel: int = 0  # bit i selects src i's high 16 bits, bit 3 the result's (a true16 .h register); VOP3P: low
     opsel_hi: int = 0  # VOP3P: bit i selects src i's high half for the high (or mix) operand
     clamp: bool = False
+    mfma: tuple[int, int, int] = (0, 0, 0)  # MFMA's cbsz, abid, blgp (broadcast controls)
     omod: int = 0  # 0 none, 1 *2, 2 *4, 3 /2
     # memory
     addr: int = 0  # DS/MUBUF/FLAT address VGPR

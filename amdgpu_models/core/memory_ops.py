@@ -89,7 +89,7 @@ def _buffer(wave: Wave, inst: Instruction, f: Fields, memory: Memory, kind: str,
             values = memory.gather(base + soffset + at, size, inside, _where(inst))  # 0 out of range
             wave.write_vgpr(f.dst + i, values, active)
         else:
-            memory.scatter(base + soffset + at, wave.vgpr[f.data[0] + i], size, inside, _where(inst))
+            memory.scatter(base + soffset + at, wave.lane_register(f.data[0] + i), size, inside, _where(inst))
 
 
 def _global_store(wave: Wave, inst: Instruction, f: Fields, memory: Memory) -> None:
@@ -97,7 +97,7 @@ def _global_store(wave: Wave, inst: Instruction, f: Fields, memory: Memory) -> N
         address = wave.vgpr[f.addr].astype(np.int64) | wave.vgpr[f.addr + 1].astype(np.int64) << 32
     else:
         address = wave.scalar64(f.base, None) + wave.vgpr[f.addr].astype(np.int64)
-    memory.scatter(address + f.imm, wave.vgpr[f.data[0]], 4, wave.exec_mask, _where(inst))
+    memory.scatter(address + f.imm, wave.lane_register(f.data[0]), 4, wave.exec_mask, _where(inst))
 
 
 def _ds(wave: Wave, inst: Instruction, f: Fields, lds: Lds) -> None:
@@ -107,14 +107,14 @@ def _ds(wave: Wave, inst: Instruction, f: Fields, lds: Lds) -> None:
     name = inst.name
     if name in DS_STORES:
         for i in range(DS_STORES[name]):
-            lds.store(base + offset + 4 * i, wave.vgpr[f.data[0] + i], active)
+            lds.store(base + offset + 4 * i, wave.lane_register(f.data[0] + i), active)
     elif name in DS_STORE_2ADDR:  # data0 at offset0 and data1 at offset1, in units of the data's size
         dwords = DS_STORE_2ADDR[name]
         for each, data in zip(f.offsets, f.data, strict=True):
             for i in range(dwords):
-                lds.store(base + 4 * dwords * each + 4 * i, wave.vgpr[data + i], active)
+                lds.store(base + 4 * dwords * each + 4 * i, wave.lane_register(data + i), active)
     elif name in DS_STORE_16:
-        values = wave.vgpr[f.data[0]]
+        values = wave.lane_register(f.data[0])
         lds.store(base + offset, values >> np.uint32(16) if name.endswith("_d16_hi") else values, active, size=2)
     elif name == "ds_load_2addr_b32":  # two dwords at offset0*4 and offset1*4
         for i, each in enumerate(f.offsets):

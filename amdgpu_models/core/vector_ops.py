@@ -18,7 +18,7 @@ import numpy as np
 from amdgpu_models.core import matrix_ops
 from amdgpu_models.core.floats import U32, as_f32, bits_of, f16_to_f32, f32_to_f16, fma_odd, modify_f32
 from amdgpu_models.core.instruction import Fields, Instruction
-from amdgpu_models.core.wave import EXEC_LO, VCC_LO, VGPR_BASE, Unsupported, Wave, dpp_lanes
+from amdgpu_models.core.wave import AGPR_BASE, EXEC_LO, VCC_LO, VGPR_BASE, Unsupported, Wave, dpp_lanes
 
 
 @dataclass(frozen=True)
@@ -258,6 +258,10 @@ def run_vector(wave: Wave, inst: Instruction, f: Fields) -> None:
         _compare(wave, inst, f)
     elif name in matrix_ops.WMMA:
         matrix_ops.run_wmma(wave, inst, f)
+    elif name in matrix_ops.MFMA:
+        matrix_ops.run_mfma(wave, inst, f)
+    elif name in matrix_ops.ACCVGPR:
+        matrix_ops.run_accvgpr(wave, inst, f)
     elif name in CARRY:
         CARRY[name](wave, inst, f)
     elif name == "v_cndmask_b32":
@@ -285,7 +289,7 @@ def _read(wave: Wave, inst: Instruction, f: Fields, index: int, half: bool, is_f
     lanes may be a view of the register (callers compute new arrays from them, never write into them)."""
     valid = wave.all_lanes
     code = f.src[index]
-    if code >= VGPR_BASE and inst.dpp is None and not half and not ((f.abs | f.neg) >> index & 1):
+    if VGPR_BASE <= code < AGPR_BASE and inst.dpp is None and not half and not ((f.abs | f.neg) >> index & 1):
         return wave.vgpr[code - VGPR_BASE], valid  # the common case: a plain VGPR
     abs_ = neg = False
     if inst.dpp is not None and half:
@@ -573,5 +577,5 @@ def _dual(wave: Wave, inst: Instruction, f: Fields) -> None:
 
 
 # What this module runs (VOPD's operations by their v_dual_ names).
-MNEMONICS = frozenset({*ARITH, *COMPARES, *COMPARES64, *CARRY, *matrix_ops.WMMA, *DIVISION, *MIX, *DUAL,
+MNEMONICS = frozenset({*ARITH, *COMPARES, *COMPARES64, *CARRY, *matrix_ops.MNEMONICS, *DIVISION, *MIX, *DUAL,
                        "v_dual_cndmask_b32", "v_cndmask_b32", "v_readfirstlane_b32", "v_permlanex16_b32"})

@@ -3,6 +3,15 @@ CDNA wave64), and how instructions read and write it: scalar registers (with VCC
 codes; a wave64's EXEC and VCC are the register pairs), VGPRs as one uint32 per lane, SCC, and the program
 counter; operand codes resolved to values (registers, inline constants, the literal); DPP16 lane selection.
 
+AGPRs (CDNA's accumulation registers, a0-a255): gfx90a, gfx942 and gfx950 have one unified vector register
+file per lane, the kernel's VGPRs first and its AGPRs from the descriptor's ACCUM_OFFSET on (LLVM's AMDGPU
+usage notes, "compute_pgm_rsrc3 GFX90A, GFX942": ACCUM_OFFSET; the total is the descriptor's VGPR count, in
+granules of 8; at most 256 of each kind). The model keeps that file as `registers`, with `vgpr` and `agpr` its
+two views (`Wave(vgprs=accum_offset, agprs=total - accum_offset)`); gfx908's separate AGPR file is no target
+here. An instruction names AGPR n as operand code AGPR_BASE + n (512-767, beside VGPRs' 256-511) and, as a
+destination or memory data register number, AGPR_REGISTER + n (256-511, beside VGPRs' 0-255). Which
+instructions take AGPRs is LLVM's decoder's business (MFMA's A, B, C, D; v_accvgpr_*; memory data).
+
 Every lane-wise value is a numpy uint32 array of one element per lane, so one instruction is one numpy
 operation per step, never a Python loop over lanes.
 """
@@ -16,6 +25,8 @@ from amdgpu_models.core.floats import U32
 LANES = 32  # the default width (RDNA's wave32)
 WAVE_WIDTHS = (32, 64)
 VGPR_BASE = 256  # a 9-bit source operand at or above this names VGPR (code - 256)
+AGPR_BASE = 512  # the model's operand code for AGPR (code - 512)
+AGPR_REGISTER = 256  # a destination or data register number at or above this names AGPR (number - 256)
 NULL = 124  # the scalar operand that reads 0 and drops writes
 VCC_LO = 106
 EXEC_LO = 126  # and EXEC_HI at 127, VCC_HI at 107: a wave64's masks are register pairs
@@ -51,13 +62,17 @@ class Unsupported(RuntimeError):
 
 
 class Wave:
-    def __init__(self, vgprs: int = 256, lanes: int = LANES) -> None:
+    def __init__(self, vgprs: int = 256, lanes: int = LANES, agprs: int = 0) -> None:
         if lanes not in WAVE_WIDTHS:
             raise Unsupported(f"a wave of {lanes} lanes (wave32 or wave64)")
+        if not 0 <= agprs <= 256:
+            raise Unsupported(f"{agprs} AGPRs (at most 256)")
         self.lanes = lanes
         self.all_lanes = _ALL[lanes]
         self.sgpr = np.zeros(SCALAR_CODES, dtype=np.uint32)
-        self.vgpr = np.zeros((vgprs, lanes), dtype=np.uint32)
+        self.registers = np.zeros((vgprs + agprs, lanes), dtype=np.uint32)  # the unified file: VGPRs, AGPRs
+        self.vgpr = self.registers[:vgprs]
+        self.agpr = self.registers[vgprs:]
         self.scc = False
         self.pc = 0
         self.done = False
@@ -149,6 +164,8 @@ class Wave:
     def vector(self, code: int, literal: int | None, half: bool = False) -> U32:
         """A source for every lane: a VGPR's lanes, or a scalar value repeated (`half`: a 16-bit operand,
         whose float inline constants are binary16)."""
+        if code >= AGPR_BASE:
+            return self.lane_register(code - VGPR_BASE).copy()
         if code >= VGPR_BASE:
             return self.vgpr[code - VGPR_BASE].copy()
         value = self.scalar(code, literal, half)
@@ -160,13 +177,23 @@ class Wave:
                 _BROADCAST[value, self.lanes] = lanes
         return lanes
 
+    def lane_register(self, reg: int) -> U32:
+        """Vector register number `reg` (VGPR 0-255, AGPR 256-511) as a view of its lanes."""
+        if reg < AGPR_REGISTER:
+            if reg >= len(self.vgpr):
+                raise Unsupported(f"v{reg} is beyond the {len(self.vgpr)} VGPRs the kernel allocates")
+            return self.vgpr[reg]
+        if reg - AGPR_REGISTER >= len(self.agpr):
+            raise Unsupported(f"a{reg - AGPR_REGISTER} is beyond the {len(self.agpr)} AGPRs the kernel allocates")
+        return self.agpr[reg - AGPR_REGISTER]
+
     def write_vgpr(self, reg: int, values: U32, mask: np.ndarray) -> None:
-        if reg >= len(self.vgpr):
-            raise Unsupported(f"v{reg} is beyond the {len(self.vgpr)} VGPRs the kernel allocates")
+        """Writes vector register number `reg` (a VGPR, or AGPR reg - 256) on the lanes `mask` enables."""
+        target = self.vgpr[reg] if reg < len(self.vgpr) else self.lane_register(reg)
         if mask is FULL or mask.all():  # the common case: every lane written
-            self.vgpr[reg] = values
+            target[:] = values
         else:
-            np.copyto(self.vgpr[reg], values, where=mask, casting="unsafe")
+            np.copyto(target, values, where=mask, casting="unsafe")
 
 
 def dpp_lanes(control: int, lanes: int = LANES) -> tuple[np.ndarray, np.ndarray]:

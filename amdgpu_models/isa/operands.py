@@ -19,7 +19,7 @@ from pathlib import Path
 
 from amdgpu_models.core import memory_ops, scalar_ops, vector_ops
 from amdgpu_models.core.instruction import Fields, Instruction
-from amdgpu_models.core.wave import LITERAL, NULL, SCC, TTMP_FIRST, VGPR_BASE, Unsupported
+from amdgpu_models.core.wave import AGPR_BASE, LITERAL, NULL, SCC, TTMP_FIRST, VGPR_BASE, Unsupported
 from amdgpu_models.disasm import Imm, McOperand, Reg, Undecodable, disassemble
 from amdgpu_models.disasm import Instruction as LlvmInstruction
 
@@ -58,7 +58,7 @@ MOD_NEG, MOD_ABS, MOD_OP_SEL_0, MOD_OP_SEL_1 = 1, 2, 4, 8
 
 _NAMED = {"VCC_LO": 106, "VCC": 106, "VCC_HI": 107, "M0": 125, "EXEC_LO": 126, "EXEC": 126, "EXEC_HI": 127,
           "SGPR_NULL_gfx11plus": NULL, "SGPR_NULL": NULL, "SCC": SCC}
-_REG = re.compile(r"^(SGPR|VGPR|TTMP)(\d+)(_HI16|_LO16)?(?:_|$)")
+_REG = re.compile(r"^(SGPR|VGPR|AGPR|TTMP)(\d+)(_HI16|_LO16)?(?:_|$)")
 _SUFFIX = re.compile(r"_(e32|e64|dpp|sdwa)$")
 
 
@@ -142,6 +142,8 @@ def _reg(op: McOperand) -> tuple[int, bool]:
     kind, number, half = match.group(1), int(match.group(2)), match.group(3)
     if kind == "TTMP":  # instruction() has refused those the ISA does not let a kernel read
         return TTMP_FIRST + number, False
+    if kind == "AGPR":  # CDNA's accumulation registers (LLVM decodes them only where the hardware takes them)
+        return AGPR_BASE + number, False
     return (VGPR_BASE + number if kind == "VGPR" else number), half == "_HI16"
 
 
@@ -207,6 +209,8 @@ def _fields(form: str, name: str, opcode: str, inst: LlvmInstruction, name_y: st
         return _vop32(name, opcode, ops)
     if form == "VOPD":
         return _vopd(inst, ops, name, name_y or "")
+    if name.startswith("v_mfma_"):
+        return _mfma(ops)
     return _vop3(form, name, inst, ops)
 
 
@@ -277,6 +281,16 @@ def _vop3(form: str, name: str, inst: LlvmInstruction, ops: list[McOperand]) -> 
     opsel = bits(MOD_OP_SEL_0) | (8 if mods and mods[0] & MOD_OP_SEL_1 else 0)
     return Fields(dst=dst, src=tuple(src), lits=tuple(lits), sdst=sdst, abs=bits(MOD_ABS), neg=bits(MOD_NEG),
                   opsel=opsel, clamp=clamp, omod=omod)
+
+
+def _mfma(ops: list[McOperand]) -> Fields:
+    """MFMA: vdst, A, B, C (registers, C also an inline constant), then cbsz, abid, blgp. No modifier words.
+    A VGPR or AGPR destination is a register number (AGPR n: 256 + n)."""
+    if len(ops) != 7:
+        raise ValueError(f"{len(ops)} operands, not 7 (vdst, A, B, C, cbsz, abid, blgp)")
+    src, lits, _ = zip(*(_source(op) for op in ops[1:4]), strict=True)
+    cbsz, abid, blgp = (_imm(op) for op in ops[4:])
+    return Fields(dst=_reg(ops[0])[0] - VGPR_BASE, src=tuple(src), lits=tuple(lits), mfma=(cbsz, abid, blgp))
 
 
 def _vopd(inst: LlvmInstruction, ops: list[McOperand], name_x: str, name_y: str) -> Fields:
