@@ -29,6 +29,7 @@ class Fields:
     opsel: int = 0  # bit i selects src i's high 16 bits, bit 3 the result's (a true16 .h register); VOP3P: low
     opsel_hi: int = 0  # VOP3P: bit i selects src i's high half for the high (or mix) operand
     clamp: bool = False
+    sdwa: tuple[int, ...] = ()  # GFX9 SDWA: per source its select (0-3 a byte, 4-5 a word, 6 the dword), zero-extended
     mfma: tuple[int, int, int] = (0, 0, 0)  # MFMA's cbsz, abid, blgp (broadcast controls)
     omod: int = 0  # 0 none, 1 *2, 2 *4, 3 /2
     # memory
@@ -39,6 +40,7 @@ class Fields:
     offsets: tuple[int, int] = (0, 0)  # DS offset0/offset1
     offen: bool = False
     idxen: bool = False
+    gfx9_range: bool = False  # MUBUF: GFX9's raw range check (no OOB_SELECT; soffset not counted), memory_ops
     # VOPD's second operation
     dst_y: int = 0
     src_y: tuple[int, ...] = ()

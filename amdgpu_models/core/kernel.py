@@ -128,7 +128,19 @@ class Descriptor:
 
     @property
     def dx10_clamp(self) -> bool:
+        """COMPUTE_PGM_RSRC1.DX10_CLAMP (GFX6-GFX11): clamping a NaN gives 0."""
         return bool(self.rsrc1 >> 21 & 1)
+
+    @property
+    def fp16_overflow(self) -> bool:
+        """COMPUTE_PGM_RSRC1.FP16_OVFL (GFX9 and later): 16-bit float overflow clamps to the largest finite value."""
+        return bool(self.rsrc1 >> 26 & 1)
+
+    @property
+    def vgpr_blocks(self) -> int:
+        """COMPUTE_PGM_RSRC1.GRANULATED_WORKITEM_VGPR_COUNT: VGPR blocks minus one (the block size is the
+        target's and the wave width's: Program.vgpr_granule)."""
+        return self.rsrc1 & 0x3F
 
 
 @dataclass(frozen=True)
@@ -160,6 +172,27 @@ class Program:
         if found is None:
             raise NotLaunchable(f"no GFX processor in the target {self.target!r}")
         return int(found.group(1) or found.group(2))
+
+    @property
+    def processor(self) -> str:
+        """The processor of amdhsa.target (gfx942 in amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-)."""
+        found = re.search(r"(gfx[0-9a-z]+(?:-[0-9a-z]+)*-generic|gfx[0-9a-f]+)(?::|$)", self.target)
+        if found is None:
+            raise NotLaunchable(f"no GFX processor in the target {self.target!r}")
+        return found.group(1)
+
+    def vgpr_granule(self, wave32: bool) -> int:
+        """VGPRs per GRANULATED_WORKITEM_VGPR_COUNT block (LLVM AMDGPUUsage, "compute_pgm_rsrc1"): GFX10+ 8 in
+        wave32 and 4 in wave64; gfx90a, gfx942, gfx950 8 (their count covers the unified VGPR and AGPR file);
+        the other GFX9 targets 4."""
+        if self.generation >= 10:
+            return 8 if wave32 else 4
+        return 8 if self.processor in ("gfx90a", "gfx942", "gfx950") else 4
+
+    @property
+    def max_lds_bytes(self) -> int:
+        """LDS one workgroup can allocate: 160 KiB on gfx950, 64 KiB on the other targets modelled."""
+        return 163840 if self.processor == "gfx950" else 65536
 
     @property
     def architected_workgroup_ids(self) -> bool:

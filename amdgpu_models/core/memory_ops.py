@@ -12,12 +12,19 @@ being the instruction's offset plus the VGPR offset, as AMD's MLIR/LLVM maintain
 holds for gfx9 but not, by those accounts, for RDNA). OOB_SELECT 2 (no range check: an access is out of
 range only when NUM_RECORDS is 0): every access goes to memory. Either way the address is base + soffset +
 offset, and the real bounds of the allocations still hold.
+
+GFX9 (CDNA, `Fields.gfx9_range`, set by the CDNA tables): the descriptor has no OOB_SELECT (word 3's bits 28-29
+are reserved) and swizzling (word 1's bit 31) must be off. The CDNA3 ISA guide ("Range Checking", the same
+text in the CDNA4 guide's 9.1.5.1) says a raw buffer (ADD_TID 0, SWIZZLE_EN 0, IDXEN 0) is out of range when
+InstOffset + (OFFEN ? vgpr_offset : 0) >= NumRecords, each dword of a dwordx2/x3/x4 access checked on its own:
+soffset is not in the check (it is still in the address). docs/emulation.md says where hardware reports differ.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from amdgpu_models.core import lanes
 from amdgpu_models.core.instruction import Fields, Instruction
 from amdgpu_models.core.memory import Lds, Memory
 from amdgpu_models.core.wave import NULL, Unsupported, Wave
@@ -30,12 +37,16 @@ BUFFER = {"buffer_load_u16": ("load", 2, 1), "buffer_load_b32": ("load", 4, 1),
           "buffer_store_b32": ("store", 4, 1), "buffer_store_b128": ("store", 4, 4)}
 RAW_OOB_SELECT = 3
 UNCHECKED_OOB_SELECT = 2
-DS_LOADS = {"ds_load_b32": 1, "ds_load_b64": 2, "ds_load_b128": 4}  # dwords from one address
+DS_LOADS = {"ds_load_b32": 1, "ds_load_b64": 2, "ds_load_b96": 3, "ds_load_b128": 4}  # dwords from one address
 DS_STORES = {"ds_store_b32": 1, "ds_store_b64": 2, "ds_store_b128": 4}
 DS_STORE_2ADDR = {"ds_store_2addr_b32": 1, "ds_store_2addr_b64": 2}  # dwords at each of two addresses
 DS_STORE_16 = ("ds_store_b16", "ds_store_b16_d16_hi")  # the data VGPR's low or high 16 bits
-DS = ("ds_load_2addr_b32", *DS_LOADS, *DS_STORES, *DS_STORE_2ADDR, *DS_STORE_16)
-MNEMONICS = frozenset({*SMEM_DWORDS, *BUFFER, *DS, *CACHE_CONTROL, "global_store_b32"})
+DS_LOAD_2ADDR = {"ds_load_2addr_b32": 1, "ds_load_2addr_stride64_b32": 64}  # offsets in dwords, times this
+DS_LOAD_2ADDR_B64 = "ds_load_2addr_b64"  # two dword pairs at offset0*8 and offset1*8
+DS = (*DS_LOAD_2ADDR, DS_LOAD_2ADDR_B64, *lanes.DS, *DS_LOADS, *DS_STORES, *DS_STORE_2ADDR, *DS_STORE_16)
+GLOBAL = {"global_load_b32": ("load", 1), "global_load_b64": ("load", 2), "global_load_b128": ("load", 4),
+          "global_store_b32": ("store", 1), "global_store_b64": ("store", 2), "global_store_b128": ("store", 4)}
+MNEMONICS = frozenset({*SMEM_DWORDS, *BUFFER, *DS, *CACHE_CONTROL, *GLOBAL})
 
 
 def run_memory(wave: Wave, inst: Instruction, f: Fields, memory: Memory, lds: Lds) -> None:
@@ -46,8 +57,8 @@ def run_memory(wave: Wave, inst: Instruction, f: Fields, memory: Memory, lds: Ld
         return
     elif name in BUFFER:
         _buffer(wave, inst, f, memory, *BUFFER[name])
-    elif name == "global_store_b32":
-        _global_store(wave, inst, f, memory)
+    elif name in GLOBAL:
+        _global(wave, inst, f, memory, *GLOBAL[name])
     elif name.startswith("ds_"):
         _ds(wave, inst, f, lds)
     else:
@@ -73,7 +84,11 @@ def _buffer(wave: Wave, inst: Instruction, f: Fields, memory: Memory, kind: str,
     base = words[0] | (words[1] & 0xFFFF) << 32
     stride, records = words[1] >> 16 & 0x3FFF, words[2]
     oob_select, add_tid = words[3] >> 28 & 0x3, words[3] >> 23 & 1
-    if f.idxen or stride or add_tid or oob_select not in (RAW_OOB_SELECT, UNCHECKED_OOB_SELECT):
+    if f.gfx9_range:  # GFX9: no OOB_SELECT field; SWIZZLE_EN is word 1's bit 31
+        if f.idxen or stride or add_tid or words[1] >> 31:
+            raise Unsupported(f"{_where(inst)}: a buffer that is not raw (stride {stride}, idxen {f.idxen}, "
+                              f"add_tid {add_tid}, swizzle {words[1] >> 31})")
+    elif f.idxen or stride or add_tid or oob_select not in (RAW_OOB_SELECT, UNCHECKED_OOB_SELECT):
         raise Unsupported(f"{_where(inst)}: a buffer that is not raw (stride {stride}, idxen {f.idxen}, "
                           f"add_tid {add_tid}, OOB_SELECT {oob_select})")
     soffset = wave.scalar(f.soffset, None)
@@ -84,7 +99,12 @@ def _buffer(wave: Wave, inst: Instruction, f: Fields, memory: Memory, kind: str,
     active = wave.exec_mask
     for i in range(dwords):
         at = offset + 4 * i
-        inside = active & (at + size <= bound) if oob_select == RAW_OOB_SELECT else active & (records != 0)
+        if f.gfx9_range:  # GFX9's raw check: each dword's (or the short's) offset, soffset not counted
+            inside = active & (at < records)
+        elif oob_select == RAW_OOB_SELECT:
+            inside = active & (at + size <= bound)
+        else:
+            inside = active & (records != 0)
         if kind == "load":
             values = memory.gather(base + soffset + at, size, inside, _where(inst))  # 0 out of range
             wave.write_vgpr(f.dst + i, values, active)
@@ -92,12 +112,20 @@ def _buffer(wave: Wave, inst: Instruction, f: Fields, memory: Memory, kind: str,
             memory.scatter(base + soffset + at, wave.lane_register(f.data[0] + i), size, inside, _where(inst))
 
 
-def _global_store(wave: Wave, inst: Instruction, f: Fields, memory: Memory) -> None:
+def _global(wave: Wave, inst: Instruction, f: Fields, memory: Memory, kind: str, dwords: int) -> None:
+    """global_load/store of 1, 2 or 4 dwords: the address is a VGPR pair, or (saddr) an SGPR pair plus a VGPR's
+    unsigned 32-bit offset; then the instruction's signed offset."""
     if f.base == NULL:  # no scalar base: the address is a VGPR pair
         address = wave.vgpr[f.addr].astype(np.int64) | wave.vgpr[f.addr + 1].astype(np.int64) << 32
     else:
         address = wave.scalar64(f.base, None) + wave.vgpr[f.addr].astype(np.int64)
-    memory.scatter(address + f.imm, wave.lane_register(f.data[0]), 4, wave.exec_mask, _where(inst))
+    active = wave.exec_mask
+    for i in range(dwords):
+        at = address + f.imm + 4 * i
+        if kind == "load":
+            wave.write_vgpr(f.dst + i, memory.gather(at, 4, active, _where(inst)), active)
+        else:
+            memory.scatter(at, wave.lane_register(f.data[0] + i), 4, active, _where(inst))
 
 
 def _ds(wave: Wave, inst: Instruction, f: Fields, lds: Lds) -> None:
@@ -116,9 +144,16 @@ def _ds(wave: Wave, inst: Instruction, f: Fields, lds: Lds) -> None:
     elif name in DS_STORE_16:
         values = wave.lane_register(f.data[0])
         lds.store(base + offset, values >> np.uint32(16) if name.endswith("_d16_hi") else values, active, size=2)
-    elif name == "ds_load_2addr_b32":  # two dwords at offset0*4 and offset1*4
+    elif name in DS_LOAD_2ADDR:  # two dwords at offset0*4 and offset1*4 (stride64: times 64)
+        scale = 4 * DS_LOAD_2ADDR[name]
         for i, each in enumerate(f.offsets):
-            wave.write_vgpr(f.dst + i, lds.load(base + 4 * each, active), active)
+            wave.write_vgpr(f.dst + i, lds.load(base + scale * each, active), active)
+    elif name == DS_LOAD_2ADDR_B64:
+        for i, each in enumerate(f.offsets):
+            for j in range(2):
+                wave.write_vgpr(f.dst + 2 * i + j, lds.load(base + 8 * each + 4 * j, active), active)
+    elif name in lanes.DS:  # lane permutes through the LDS hardware: no LDS access
+        lanes.DS[name](wave, inst, f)
     elif name in DS_LOADS:
         for i in range(DS_LOADS[name]):
             wave.write_vgpr(f.dst + i, lds.load(base + offset + 4 * i, active), active)

@@ -79,6 +79,50 @@ def _and_saveexec(w: Wave, s: tuple[int, ...], f: Fields) -> None:
     w.scc = new != 0
 
 
+def _saveexec64(op: Callable[[int, int], int]) -> Callable[[Wave, Fields, Instruction], None]:
+    """s_<op>_saveexec_b64 (a wave64's EXEC pair): the old EXEC to the destination pair, EXEC = op(S0, EXEC),
+    SCC whether the new EXEC is not 0."""
+    def run(w: Wave, f: Fields, inst: Instruction) -> None:
+        if w.lanes != 64:
+            raise Unsupported(f"{inst.name} on a wave32")
+        old = w.scalar64(EXEC_LO, None)
+        new = op(w.scalar64(f.src[0], f.lit(0)), old) & MASK64
+        w.write_scalar64(f.dst, old)
+        w.write_scalar64(EXEC_LO, new)
+        w.scc = new != 0
+    return run
+
+
+def _logic64(op: Callable[[int, int], int]) -> Callable[[Wave, Fields, Instruction], None]:
+    """A 64-bit bitwise SOP2 (register pairs; an inline constant sign-extended): SCC whether the result is not 0."""
+    def run(w: Wave, f: Fields, inst: Instruction) -> None:
+        value = op(w.scalar64(f.src[0], f.lit(0)), w.scalar64(f.src[1], f.lit(1))) & MASK64
+        w.write_scalar64(f.dst, value)
+        w.scc = value != 0
+    return run
+
+
+def _cselect64(w: Wave, f: Fields, inst: Instruction) -> None:
+    w.write_scalar64(f.dst, w.scalar64(f.src[0 if w.scc else 1], f.lit(0 if w.scc else 1)))
+
+
+def _mov64(w: Wave, f: Fields, inst: Instruction) -> None:
+    w.write_scalar64(f.dst, w.scalar64(f.src[0], f.lit(0)))
+
+
+# 64-bit scalar operations of GFX9 (a wave64's masks are register pairs): the sources are register pairs or
+# constants, as Wave.scalar64 reads them.
+SOP_B64: dict[str, Callable[[Wave, Fields, Instruction], None]] = {
+    "s_mov_b64": _mov64,
+    "s_cselect_b64": _cselect64,
+    "s_and_b64": _logic64(lambda a, b: a & b),
+    "s_or_b64": _logic64(lambda a, b: a | b),
+    "s_xor_b64": _logic64(lambda a, b: a ^ b),
+    "s_and_not1_b64": _logic64(lambda a, b: a & ~b),
+    "s_and_saveexec_b64": _saveexec64(lambda s, e: s & e),
+}
+
+
 def _f32(bits: int) -> np.float32:
     return np.array([bits & MASK32], dtype=np.uint32).view(np.float32)[0]
 
@@ -225,6 +269,10 @@ SOP: dict[str, Callable[[Wave, tuple[int, ...], Fields], None]] = {
     "s_lshl1_add_u32": _lshl_add(1),
     "s_lshl2_add_u32": _lshl_add(2),
     "s_lshl3_add_u32": _lshl_add(3),
+    "s_lshl4_add_u32": _lshl_add(4),
+    "s_sub_u32": lambda w, s, f: _result(w, f, s[0] - s[1], s[1] > s[0]),  # SCC the borrow
+    # s_bfe_u32: the field of S1[22:16] bits at S1[4:0], zero-extended; SCC whether it is not 0
+    "s_bfe_u32": _logic(lambda a, b: a >> (b & 31) & (1 << (b >> 16 & 0x7F)) - 1),
     "s_lshr_b64": _lshr_b64,
     "s_addk_i32": _addk_i32,
 }
@@ -252,6 +300,12 @@ SOPC: dict[str, Callable[[int, int], bool]] = {
     "s_cmp_u_f32": lambda a, b: bool(np.isnan(_f32(a)) or np.isnan(_f32(b))),
 }
 
+# Compares of 64-bit scalars (register pairs; an inline constant sign-extended, a literal zero-extended).
+SOPC64: dict[str, Callable[[int, int], bool]] = {
+    "s_cmp_eq_u64": lambda a, b: a == b,
+    "s_cmp_lg_u64": lambda a, b: a != b,
+}
+
 # Instructions that only order or pace execution: a model that finishes each instruction before starting the
 # next has nothing to wait for.
 NO_EFFECT = {"s_nop", "s_set_inst_prefetch_distance", "s_clause", "s_delay_alu", "s_waitcnt_depctr", "s_waitcnt",
@@ -267,7 +321,8 @@ BRANCHES = ("s_branch", "s_cbranch_scc0", "s_cbranch_scc1", "s_cbranch_vccz", "s
             "s_cbranch_execnz")
 # What this module runs (s_barrier is the workgroup's; s_code_end is padding and stops a wave that reaches it).
 # RDNA4 splits s_barrier into s_barrier_signal (this wave has arrived) and s_barrier_wait (the workgroup's).
-MNEMONICS = frozenset({*SOP, *SOP64, *SOPC, *PSEUDO_SCALAR, *NO_EFFECT, *BRANCHES, "s_lshl_b64", "s_movk_i32",
+MNEMONICS = frozenset({*SOP, *SOP64, *SOP_B64, *SOPC, *SOPC64, *PSEUDO_SCALAR, *NO_EFFECT, *BRANCHES, "s_lshl_b64",
+                       "s_movk_i32",
                        "s_cmpk_lt_i32", "s_endpgm", "s_sendmsg", "s_barrier", "s_barrier_signal", "s_barrier_wait",
                        "s_code_end"})
 
@@ -285,6 +340,8 @@ def run_scalar(wave: Wave, inst: Instruction, f: Fields) -> bool:
         _pseudo_scalar(wave, inst, f)
     elif name in SOP64:
         SOP64[name](wave, f)
+    elif name in SOP_B64:
+        SOP_B64[name](wave, f, inst)
     elif name == "s_barrier_signal":  # the wait (workgroup.py) is where a wave stops
         if f.imm != BARRIER_WORKGROUP:
             raise Unsupported(f"s_barrier_signal {_sext16(f.imm)} at {inst.address:#x}: only the workgroup "
@@ -293,6 +350,8 @@ def run_scalar(wave: Wave, inst: Instruction, f: Fields) -> bool:
     elif name in SOPC:
         a, b = _sources(wave, inst, f)
         wave.scc = SOPC[name](a, b)
+    elif name in SOPC64:
+        wave.scc = SOPC64[name](wave.scalar64(f.src[0], f.lit(0)), wave.scalar64(f.src[1], f.lit(1)))
     elif name == "s_movk_i32":
         wave.write_scalar(f.dst, _sext16(f.imm))
     elif name == "s_cmpk_lt_i32":

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from amdgpu_models.core import matrix_ops
+from amdgpu_models.core import lanes, matrix_ops, wide_ops
 from amdgpu_models.core.floats import U32, as_f32, bits_of, f16_to_f32, f32_to_f16, fma_odd, modify_f32
 from amdgpu_models.core.instruction import Fields, Instruction
 from amdgpu_models.core.wave import AGPR_BASE, EXEC_LO, VCC_LO, VGPR_BASE, Unsupported, Wave, dpp_lanes
@@ -143,6 +143,45 @@ def _shift16(a: U32) -> U32:
     return a & np.uint32(15)
 
 
+def _perm(a: U32, b: U32, c: U32) -> U32:
+    """v_perm_b32: each result byte chosen by the selector byte of S2 from the eight bytes {S0, S1} (S1 the low
+    four): 0-7 that byte, 8-11 the sign of S1's byte 1, S1's byte 3, S0's byte 1, S0's byte 3 repeated (0x00 or
+    0xFF), 12 zero, 13 and above 0xFF."""
+    pool = (b.astype(np.uint64) | a.astype(np.uint64) << np.uint64(32))
+    result = np.zeros(len(a), dtype=np.uint32)
+    for k in range(4):
+        sel = (c >> np.uint32(8 * k) & np.uint32(0xFF)).astype(np.uint64)
+        byte = (pool >> (np.minimum(sel, 7) * np.uint64(8)) & np.uint64(0xFF)).astype(np.uint32)
+        sign_byte = np.array([15, 31, 47, 63], dtype=np.uint64)[np.clip(sel, 8, 11).astype(np.int64) - 8]
+        signs = np.where((pool >> sign_byte & np.uint64(1)).astype(bool), np.uint32(0xFF), np.uint32(0))
+        byte = np.where(sel < 8, byte, np.where(sel < 12, signs, np.where(sel == 12, 0, 0xFF))).astype(np.uint32)
+        result |= byte << np.uint32(8 * k)
+    return result
+
+
+def _bf16(a: U32) -> U32:
+    """binary32 to bfloat16, rounded to nearest even (overflow to infinity); a NaN stays a NaN, quieted."""
+    rounded = (a.astype(np.uint64) + np.uint64(0x7FFF) + (a >> np.uint32(16) & np.uint32(1))) >> np.uint64(16)
+    nan = np.isnan(as_f32(a))
+    return np.where(nan, (a >> np.uint32(16)) | np.uint32(0x40), rounded.astype(np.uint32)).astype(np.uint32)
+
+
+_REVERSED_BYTE = np.array([int(f"{i:08b}"[::-1], 2) for i in range(256)], dtype=np.uint32)
+
+
+def _bfrev(a: U32) -> U32:
+    """v_bfrev_b32: bit 31 - i of the result is bit i of the source."""
+    out = np.zeros(a.shape, dtype=np.uint32)
+    for i in range(4):
+        out |= _REVERSED_BYTE[a >> np.uint32(8 * i) & np.uint32(0xFF)] << np.uint32(24 - 8 * i)
+    return out
+
+
+def _i24(a: U32) -> np.ndarray:
+    """The low 24 bits as a signed integer (int64)."""
+    return ((a & np.uint32(0xFFFFFF)).astype(np.int64) ^ 0x800000) - 0x800000
+
+
 ARITH: dict[str, Op] = {
     "v_mov_b32": Op(lambda a: a, 1),
     "v_add_f32": Op(_f(lambda a, b: a + b), 2, True),
@@ -196,6 +235,20 @@ ARITH: dict[str, Op] = {
     "v_lshrrev_b16": Op(lambda a, b: b >> _shift16(a), 2, half_sources=(True, True), half_result=True),
     "v_mul_lo_u16": Op(lambda a, b: a * b, 2, half_sources=(True, True), half_result=True),
     "v_sub_nc_u16": Op(lambda a, b: a - b, 2, half_sources=(True, True), half_result=True),
+    # GFX9: byte permute, two halves packed into one dword, two binary32 values converted into one
+    "v_perm_b32": Op(_perm, 3),
+    "v_pack_b32_f16": Op(lambda a, b: a | b << np.uint32(16), 2, half_sources=(True, True)),
+    "v_cvt_pk_f16_f32": Op(lambda a, b: f32_to_f16(as_f32(a)) | f32_to_f16(as_f32(b)) << np.uint32(16), 2, True),
+    "v_cvt_pk_bf16_f32": Op(lambda a, b: _bf16(a) | _bf16(b) << np.uint32(16), 2, True),
+    # GFX9 (sdpa_cdna): bit reverse, signed 24-bit multiply-add, xor-add
+    "v_bfrev_b32": Op(_bfrev, 1),
+    "v_mad_i32_i24": Op(lambda a, b, c: (_i24(a) * _i24(b) + _i32(c)).astype(np.int32).view(np.uint32), 3),
+    "v_xad_u32": Op(lambda a, b, c: (a ^ b) + c, 3),
+    # GFX9's 16-bit integer operations write the whole VGPR, the result zero-extended (no true16 halves; LLVM's
+    # GCNSubtarget::zeroesHigh16BitsOfDest): the ISA tables map gfx9's v_mul_lo_u16 and v_lshrrev_b16 here
+    "v_sub_u16": Op(lambda a, b: (a - b) & np.uint32(0xFFFF), 2, half_sources=(True, True)),
+    "v_mul_lo_u16_gfx9": Op(lambda a, b: (a * b) & np.uint32(0xFFFF), 2, half_sources=(True, True)),
+    "v_lshrrev_b16_gfx9": Op(lambda a, b: b >> _shift16(a), 2, half_sources=(True, True)),
 }
 
 
@@ -238,6 +291,7 @@ COMPARES: dict[str, tuple[Callable[[U32, U32], np.ndarray], bool]] = {  # (test,
 # Compares of 64-bit operands (a VGPR or SGPR pair; an inline constant sign-extended, a literal zero-extended).
 COMPARES64: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "v_cmp_gt_i64": lambda a, b: a.view(np.int64) > b.view(np.int64),
+    "v_cmp_lt_i64": lambda a, b: a.view(np.int64) < b.view(np.int64),
 }
 
 DUAL: dict[str, str] = {"v_dual_fmac_f32": "v_fmac_f32", "v_dual_mul_f32": "v_mul_f32",
@@ -264,6 +318,10 @@ def run_vector(wave: Wave, inst: Instruction, f: Fields) -> None:
         matrix_ops.run_accvgpr(wave, inst, f)
     elif name in CARRY:
         CARRY[name](wave, inst, f)
+    elif name in wide_ops.WIDE:
+        wide_ops.WIDE[name](wave, inst, f)
+    elif name in lanes.VECTOR:
+        lanes.VECTOR[name](wave, inst, f)
     elif name == "v_cndmask_b32":
         _cndmask(wave, inst, f)
     elif name == "v_readfirstlane_b32":
@@ -283,13 +341,17 @@ def run_vector(wave: Wave, inst: Instruction, f: Fields) -> None:
 
 # -- operands ------------------------------------------------------------------------------------------------
 
+SDWA_WORD_0, SDWA_DWORD = 4, 6  # SDWA selects: BYTE_0..3 = 0..3, WORD_0, WORD_1 = 4, 5, DWORD = 6
+
+
 def _read(wave: Wave, inst: Instruction, f: Fields, index: int, half: bool, is_float: bool,
           ) -> tuple[U32, np.ndarray]:
     """Source `index` for every lane, modifiers applied, and the lanes whose read was valid (DPP). The
     lanes may be a view of the register (callers compute new arrays from them, never write into them)."""
     valid = wave.all_lanes
     code = f.src[index]
-    if VGPR_BASE <= code < AGPR_BASE and inst.dpp is None and not half and not ((f.abs | f.neg) >> index & 1):
+    if VGPR_BASE <= code < AGPR_BASE and inst.dpp is None and not half and not ((f.abs | f.neg) >> index & 1) \
+            and not f.sdwa:
         return wave.vgpr[code - VGPR_BASE], valid  # the common case: a plain VGPR
     abs_ = neg = False
     if inst.dpp is not None and half:
@@ -306,6 +368,11 @@ def _read(wave: Wave, inst: Instruction, f: Fields, index: int, half: bool, is_f
             abs_, neg = bool(f.abs >> index & 1), bool(f.neg >> index & 1)
         if half and f.opsel >> index & 1:  # a true16 .h register, or VOP3's op_sel
             values = values >> 16
+        if f.sdwa and f.sdwa[index] < SDWA_DWORD:  # SDWA's byte or word select, zero-extended
+            select = f.sdwa[index]
+            width = 8 if select < SDWA_WORD_0 else 16
+            values = values >> np.uint32(width * (select % 4 if width == 8 else select - SDWA_WORD_0)) \
+                & np.uint32((1 << width) - 1)
     if half:
         values = values & np.uint32(0xFFFF)
         if abs_ or neg:
@@ -577,5 +644,6 @@ def _dual(wave: Wave, inst: Instruction, f: Fields) -> None:
 
 
 # What this module runs (VOPD's operations by their v_dual_ names).
-MNEMONICS = frozenset({*ARITH, *COMPARES, *COMPARES64, *CARRY, *matrix_ops.MNEMONICS, *DIVISION, *MIX, *DUAL,
+MNEMONICS = frozenset({*ARITH, *COMPARES, *COMPARES64, *CARRY, *wide_ops.WIDE, *lanes.VECTOR, *matrix_ops.WMMA,
+                       *matrix_ops.MFMA, *matrix_ops.ACCVGPR, *DIVISION, *MIX, *DUAL,
                        "v_dual_cndmask_b32", "v_cndmask_b32", "v_readfirstlane_b32", "v_permlanex16_b32"})

@@ -198,7 +198,8 @@ class Wave:
 
 def dpp_lanes(control: int, lanes: int = LANES) -> tuple[np.ndarray, np.ndarray]:
     """DPP16: (the lane each lane reads, whether that lane is inside its row). Raises on a control the model
-    does not implement (DPP_CTRL values from the RDNA3 ISA guide)."""
+    does not implement (DPP_CTRL values from the RDNA3 ISA guide; the wave-wide and row broadcast ones, which
+    only GFX9's wave64 has, from the CDNA3 ISA guide's DPP_CTRL table)."""
     ALL_LANES = _ALL[lanes]  # noqa: N806
     lane = np.arange(lanes)
     row_start, in_row = lane & ~15, lane & 15
@@ -218,7 +219,16 @@ def dpp_lanes(control: int, lanes: int = LANES) -> tuple[np.ndarray, np.ndarray]
         return row_start + 15 - in_row, ALL_LANES
     if control == 0x141:  # row_half_mirror
         return (lane & ~7) + 7 - (lane & 7), ALL_LANES
-    if kind == 0x150:  # row_share: every lane reads lane n of its row
+    if kind == 0x130 and n in (0, 4, 8, 12) and lanes == 64:  # GFX9 wave_shl, wave_rol, wave_shr, wave_ror by 1
+        source = lane + (1 if n < 8 else -1)
+        if n in (4, 12):  # rotates
+            return source % lanes, ALL_LANES
+        return np.clip(source, 0, lanes - 1), (source >= 0) & (source < lanes)
+    if control == 0x142 and lanes == 64:  # GFX9 row_bcast:15: lane 15 of the row before (row 0 has none)
+        return np.maximum(row_start - 1, 0), lane >= 16
+    if control == 0x143 and lanes == 64:  # GFX9 row_bcast:31: lane 31, to rows 2 and 3 (rows 0 and 1: none)
+        return np.full(lanes, 31), lane >= 32
+    if kind == 0x150:  # row_share (GFX10+), row_newbcast (gfx90a): every lane reads lane n of its row
         return row_start + n, ALL_LANES
     if kind == 0x160:  # row_xmask: lane i reads i xor n within its row
         return row_start + (in_row ^ n), ALL_LANES

@@ -1,5 +1,6 @@
-"""A launch: every workgroup of a grid, each a set of wave32s sharing LDS and meeting at s_barrier, set up
-from the kernel's own descriptor (user and system SGPRs, work-item ids, VGPR count, LDS size, float mode).
+"""A launch: every workgroup of a grid, each a set of waves (wave32 on RDNA, wave64 on CDNA, as the descriptor
+says) sharing LDS and meeting at s_barrier, set up from the kernel's own descriptor (user and system SGPRs,
+work-item ids, VGPR count, LDS size, float mode).
 
 Waves of a workgroup run in turn, each until it reaches s_barrier or s_endpgm; when every wave still
 running waits at the barrier, all go on. Workgroups run one after another. The model has no timing: what
@@ -18,11 +19,9 @@ from amdgpu_models.core.kernel import Kernel, Program
 from amdgpu_models.core.memory import Lds, Memory
 from amdgpu_models.core.scalar_ops import BARRIER_WORKGROUP
 from amdgpu_models.core.step import step
-from amdgpu_models.core.wave import EXEC_LO, LANES, TTMP_FIRST, Unsupported, Wave
+from amdgpu_models.core.wave import EXEC_LO, TTMP_FIRST, Unsupported, Wave
 
-VGPR_GRANULE_WAVE32 = 8  # COMPUTE_PGM_RSRC1.GRANULATED_WORKITEM_VGPR_COUNT counts blocks of 8 in wave32
 MAX_STEPS = 5_000_000  # per workgroup: a kernel that never ends is an error, not a hang
-MAX_LDS_BYTES = 65536  # RDNA3's LDS per workgroup
 MAX_KERNARG_BYTES = 4096
 MAX_WORKGROUP = 1024  # work-items per workgroup
 BARRIERS = frozenset({"s_barrier", "s_barrier_wait"})  # where a wave stops until the others arrive
@@ -46,8 +45,10 @@ class Runner:
     """One kernel's decoded code, reused by every workgroup of a launch."""
 
     def __init__(self, program: Program, kernel: Kernel, decoder: Decoder) -> None:
-        _check_supported(kernel, program.generation)
+        _check_supported(kernel, program)
         self.kernel = kernel
+        self.lanes = 32 if kernel.descriptor.wave32 else 64
+        self.vgprs = (kernel.descriptor.vgpr_blocks + 1) * program.vgpr_granule(self.lanes == 32)
         self.architected_ids = program.architected_workgroup_ids
         start = kernel.entry - program.text_address
         code = program.text[start:]
@@ -68,7 +69,7 @@ class Runner:
             raise Unsupported("only one-dimensional workgroups are modelled")
         if not 0 < size <= MAX_WORKGROUP:
             raise Unsupported(f"a workgroup of {size} work-items (at most {MAX_WORKGROUP})")
-        waves = [self._new_wave(launch, group, first, size) for first in range(0, size, LANES)]
+        waves = [self._new_wave(launch, group, first, size) for first in range(0, size, self.lanes)]
         steps = 0
         while True:
             running = [w for w in waves if not w.done]
@@ -86,8 +87,10 @@ class Runner:
 
     def _new_wave(self, launch: Launch, group: tuple[int, int, int], first: int, size: int) -> Wave:
         d = self.kernel.descriptor
-        wave = Wave(vgprs=((d.rsrc1 & 0x3F) + 1) * VGPR_GRANULE_WAVE32)
+        wave = Wave(vgprs=self.vgprs, lanes=self.lanes)
         for name, at in d.user_sgprs():
+            if name == "private_segment_buffer":  # no scratch (refused): a resource of 0 records, all zeros
+                continue
             if name != "kernarg_segment_ptr":
                 raise Unsupported(f"user SGPR {name} is not modelled")
             wave.sgpr[at] = launch.kernarg_address & 0xFFFFFFFF
@@ -99,9 +102,9 @@ class Runner:
         else:
             for axis, sgpr in d.workgroup_id_sgprs.items():
                 wave.sgpr[sgpr] = group["xyz".index(axis)]
-        local = first + np.arange(LANES)
+        local = first + np.arange(self.lanes)
         wave.vgpr[0] = np.where(local < size, local, 0).astype(np.uint32)  # x only: y and z are 0
-        wave.sgpr[EXEC_LO] = Wave.bits_of(local < size)
+        wave.write_mask(EXEC_LO, Wave.bits_of(local < size))
         wave.pc = self.kernel.entry
         return wave
 
@@ -130,12 +133,23 @@ class Runner:
         return steps
 
 
-def _check_supported(kernel: Kernel, generation: int) -> None:
+def _check_supported(kernel: Kernel, program: Program) -> None:
     """The descriptor settings the model implements; anything else stops before the first instruction."""
     d = kernel.descriptor
-    if not d.wave32 or kernel.wavefront_size != LANES:
-        raise Unsupported(f"{kernel.name}: only wave32 launches are modelled (the core's Wave runs 64 lanes, no "
-                          "wave64 launch is set up yet)")
+    generation = program.generation
+    lanes = 32 if d.wave32 else 64
+    if kernel.wavefront_size != lanes:
+        raise Unsupported(f"{kernel.name}: the metadata's wavefront size {kernel.wavefront_size} is not the "
+                          f"descriptor's (wave{lanes})")
+    if generation >= 10 and lanes != 32:
+        raise Unsupported(f"{kernel.name}: RDNA wave64 launches are not modelled (wave32 only on GFX10+)")
+    if generation < 10:  # GFX9: the descriptor's float fields that RDNA's tables do not read
+        if not d.dx10_clamp:
+            raise Unsupported(f"{kernel.name}: DX10_CLAMP off is not modelled (a clamped NaN would stay NaN; the "
+                              "model's clamp, where it has one, is DX10's: NaN to 0)")
+        if d.fp16_overflow:
+            raise Unsupported(f"{kernel.name}: FP16_OVFL (16-bit overflow clamped to the largest finite value) is "
+                              "not modelled")
     if d.scratch_enabled or d.private_segment_bytes:
         raise Unsupported(f"{kernel.name}: scratch memory is not modelled")
     if (d.round_mode_32, d.round_mode_16_64, d.denorm_mode_32, d.denorm_mode_16_64) != (0, 0, 3, 3):
@@ -145,9 +159,9 @@ def _check_supported(kernel: Kernel, generation: int) -> None:
     if generation < 12 and not d.ieee_mode:  # GFX12 has no IEEE mode bit
         raise Unsupported(f"{kernel.name}: only IEEE mode is modelled")
     # The object is data: sizes past what the hardware allows are refused before anything is allocated.
-    if d.group_segment_bytes > MAX_LDS_BYTES:
-        raise Unsupported(f"{kernel.name}: {d.group_segment_bytes} bytes of LDS (RDNA3 has {MAX_LDS_BYTES} per "
-                          "workgroup)")
+    if d.group_segment_bytes > program.max_lds_bytes:
+        raise Unsupported(f"{kernel.name}: {d.group_segment_bytes} bytes of LDS ({program.processor} has "
+                          f"{program.max_lds_bytes} per workgroup)")
     if d.kernarg_bytes > MAX_KERNARG_BYTES:
         raise Unsupported(f"{kernel.name}: {d.kernarg_bytes} bytes of kernel arguments (the model takes at most "
                           f"{MAX_KERNARG_BYTES})")

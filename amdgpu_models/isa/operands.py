@@ -44,6 +44,7 @@ class Isa:
     vop3_without_suffix: bool = False  # gfx9: VOP3-only opcodes have no _e64 in LLVM's names
     mattr: str = ""  # llvm-mc's -mattr: target features the objects are compiled with that LLVM does not assume
     ttmps: frozenset[int] = frozenset()  # trap registers a kernel reads (gfx12: the workgroup ids in ttmp7, ttmp9)
+    gfx9_buffers: bool = False  # GFX9's buffer range check (memory_ops: no OOB_SELECT, soffset not counted)
 
     def semantics(self, name: str) -> tuple[str, str] | None:
         """(core name, kind) of one of this ISA's mnemonics; None when the model does not run it here."""
@@ -75,7 +76,7 @@ def _decode(isa: Isa, code: bytes, address: int, llvm_mc: str, mcpu: str) -> lis
 
 def instruction(isa: Isa, inst: LlvmInstruction) -> Instruction:
     name = _SUFFIX.sub("", inst.mnemonic)
-    opcode = re.sub(r"_(gfx\d+|vi)$", "", inst.opcode)
+    opcode = re.sub(r"_(gfx\d+[0-9a-z]*|vi)$", "", inst.opcode)  # V_ADD_F32_e32_gfx11, BUFFER_..._gfx90a
     form = _form(opcode, isa)
     found = isa.semantics(name)
     if found is None:
@@ -109,7 +110,7 @@ def _form(opcode: str, isa: Isa) -> str:
     if opcode.startswith("V_DUAL_"):
         return "VOPD"
     if opcode.startswith("V_"):
-        if opcode.endswith(("_e32", "_dpp")):
+        if opcode.endswith(("_e32", "_dpp", "_sdwa")):  # SDWA (GFX9): fields as VOP32's, its selects as op_sel
             return "VOP32"
         if opcode.endswith("_e64"):
             return "VOP3"
@@ -183,7 +184,7 @@ def _has_mods(name: str) -> tuple[bool, ...] | None:
         return (True, False)
     if name == "v_cndmask_b32":
         return (True, True, False)
-    if name.startswith(("v_permlane", "v_fma_mix")) or re.search(r"_f(16|32|64)$|_f(16|32|64)_", name):
+    if name.startswith(("v_permlane", "v_fma_mix", "v_pk_")) or re.search(r"_f(16|32|64)$|_f(16|32|64)_", name):
         return None
     return ()
 
@@ -202,9 +203,11 @@ def _fields(form: str, name: str, opcode: str, inst: LlvmInstruction, name_y: st
     if form == "DS":
         return _ds(name, ops)
     if form == "MUBUF":
-        return _mubuf(opcode, ops)
+        return _mubuf(opcode, ops, isa.gfx9_buffers)
     if form == "FLAT":
         return _flat(name, opcode, ops, isa.flat_offset_bits)
+    if form == "VOP32" and opcode.endswith("_sdwa"):
+        return _sdwa(name, inst, ops, isa)
     if form == "VOP32":
         return _vop32(name, opcode, ops)
     if form == "VOPD":
@@ -228,9 +231,9 @@ def _sop(name: str, ops: list[McOperand]) -> Fields:
 
 
 def _vop32(name: str, opcode: str, ops: list[McOperand]) -> Fields:
-    if opcode.endswith("_dpp"):  # dst, old, the sources (after their modifiers, if any), five DPP controls
+    if opcode.endswith("_dpp"):  # dst, old, the sources (after their modifiers, if any), the DPP controls (immediates)
         dst, high = _reg(ops[0])
-        sources = [_source(op) for op in ops[2:-5] if isinstance(op, Reg)]
+        sources = [_source(op) for op in ops[2:] if isinstance(op, Reg)]
     elif name.startswith(("v_cmp_", "v_cmpx_")):  # the mask goes to VCC (or EXEC): no destination operand
         dst, high, sources = 0, False, [_source(op) for op in ops]
     else:
@@ -246,7 +249,7 @@ def _vop3(form: str, name: str, inst: LlvmInstruction, ops: list[McOperand]) -> 
     compare = name.startswith(("v_cmp_", "v_cmpx_"))
     # VOP3SD: a VGPR result and a scalar one (a carry or VCC mask), both before the sources
     two_results = name.startswith(("v_div_scale", "v_mad_u64_u32", "v_mad_i64_i32", "v_mad_co_", "v_add_co_",
-                                   "v_sub_co_", "v_subrev_co_"))
+                                   "v_addc_co_", "v_sub_co_", "v_subb_co_", "v_subrev_co_"))
     destinations = 0 if name.startswith("v_cmpx_") else 2 if two_results else 1
     count = _text_operands(inst.operands.split(" op_sel")[0]) - destinations
     true16 = "_t16_" in inst.opcode  # real true16: every source has a modifier word (op_sel bits in it)
@@ -283,6 +286,41 @@ def _vop3(form: str, name: str, inst: LlvmInstruction, ops: list[McOperand]) -> 
                   opsel=opsel, clamp=clamp, omod=omod)
 
 
+SDWA_DWORD, SDWA_WORD_0, SDWA_WORD_1 = 6, 4, 5  # SDWA_SEL values (LLVM's SIDefines.h, the GFX9 guide's SDWA table)
+
+
+def _sdwa(name: str, inst: LlvmInstruction, ops: list[McOperand], isa: Isa) -> Fields:
+    """GFX9's SDWA form of a VOP1/VOP2 operation: dst, (modifiers, source) per source, then clamp, omod,
+    dst_sel, dst_unused and one select per source. The model runs the selections that are what it already
+    reads: a whole dword, a 16-bit source's low or high half (op_sel), or a byte or word of a 32-bit source
+    (Fields.sdwa, zero-extended); a sign-extended select, a modifier, clamp or omod is refused."""
+    found = isa.semantics(name)
+    op = vector_ops.ARITH.get(found[0]) if found else None
+    count = _text_operands(inst.operands.split(" dst_sel")[0]) - 1
+    if op is None or not 0 < count <= 2:
+        raise Unsupported(f"{name}_sdwa at {inst.address:#x}: SDWA is modelled for plain VOP1/VOP2 operations only")
+    dst = _vgpr(ops[0])
+    mods = [_imm(ops[1 + 2 * i]) for i in range(count)]
+    sources = [_source(ops[2 + 2 * i]) for i in range(count)]
+    tail = [_imm(item) for item in ops[1 + 2 * count:]]
+    selects, dst_sel, extra = tail[-count:], tail[-count - 2], tail[:-count - 2]
+    halves = op.half_sources or (False,) * count
+    opsel, picks = 0, {}
+    for i, select in enumerate(selects):
+        if select == SDWA_WORD_1 and halves[i]:
+            opsel |= 1 << i
+        elif 0 <= select < SDWA_DWORD and not halves[i]:  # a byte or word of a 32-bit source (Fields.sdwa)
+            picks[i] = select
+        elif not (select == SDWA_DWORD or (select == SDWA_WORD_0 and halves[i])):
+            raise Unsupported(f"{name}_sdwa at {inst.address:#x}: src{i}_sel {select} is not modelled")
+    sdwa = tuple(picks.get(i, SDWA_DWORD) for i in range(count)) if picks else ()
+    if dst_sel != SDWA_DWORD or any(mods) or any(extra) or op.half_result:
+        raise Unsupported(f"{name}_sdwa at {inst.address:#x}: dst_sel {dst_sel}, modifiers {mods} or clamp/omod "
+                          f"{extra} are not modelled")
+    return Fields(dst=dst, src=tuple(s[0] for s in sources), lits=tuple(s[1] for s in sources), opsel=opsel,
+                  sdwa=sdwa)
+
+
 def _mfma(ops: list[McOperand]) -> Fields:
     """MFMA: vdst, A, B, C (registers, C also an inline constant), then cbsz, abid, blgp. No modifier words.
     A VGPR or AGPR destination is a register number (AGPR n: 256 + n)."""
@@ -315,16 +353,18 @@ def _vgpr(op: McOperand) -> int:
 
 
 def _ds(name: str, ops: list[McOperand]) -> Fields:
-    """Loads: vdst, addr, offsets, gds. Stores: addr, data0 (data1), offsets, gds."""
-    if name.startswith("ds_load"):
-        dst, addr, rest = _vgpr(ops[0]), _vgpr(ops[1]), ops[2:]
-        data: tuple[int, ...] = ()
+    """Loads: vdst, addr, offsets, gds. Stores: addr, data0 (data1), offsets, gds. (GFX9 names loads ds_read,
+    stores ds_write, and the two-address forms read2/write2.)"""
+    if name.startswith(("ds_load", "ds_read", "ds_bpermute", "ds_permute", "ds_swizzle")):  # vdst first
+        regs = [op for op in ops[2:] if isinstance(op, Reg)]  # ds_bpermute, ds_permute: data0 after addr
+        dst, addr, rest = _vgpr(ops[0]), _vgpr(ops[1]), ops[2 + len(regs):]
+        data: tuple[int, ...] = tuple(_vgpr(op) for op in regs)
     else:
         dst, addr = 0, _vgpr(ops[0])
         regs = [op for op in ops[1:] if isinstance(op, Reg)]
         data, rest = tuple(_vgpr(op) for op in regs), ops[1 + len(regs):]
     immediates = [_imm(op) for op in rest]
-    if "2addr" in name:
+    if "2addr" in name or name.startswith(("ds_read2", "ds_write2")):
         offsets = (immediates[0], immediates[1])
     else:
         offsets = (immediates[0] & 0xFF, immediates[0] >> 8)
@@ -338,7 +378,7 @@ def _scalar_offset(op: McOperand) -> int:
     return code
 
 
-def _mubuf(opcode: str, ops: list[McOperand]) -> Fields:
+def _mubuf(opcode: str, ops: list[McOperand], gfx9: bool) -> Fields:
     """vdata, vaddr (not for _OFFSET), srsrc, soffset, offset, cpol, swz."""
     if not ops:  # a cache control such as buffer_gl0_inv
         return Fields()
@@ -350,19 +390,25 @@ def _mubuf(opcode: str, ops: list[McOperand]) -> Fields:
         addr, at = _vgpr(ops[1]), 2
     base, _ = _reg(ops[at])
     return Fields(dst=data, data=(data,), addr=addr, base=base, soffset=_scalar_offset(ops[at + 1]),
-                  imm=_imm(ops[at + 2]), offen=offen, idxen=idxen)
+                  imm=_imm(ops[at + 2]), offen=offen, idxen=idxen, gfx9_range=gfx9)
 
 
 def _flat(name: str, opcode: str, ops: list[McOperand], offset_bits: int) -> Fields:
-    """Stores: vaddr, vdata, (saddr), offset, cpol. Loads: vdst, vaddr, (saddr), offset, cpol."""
+    """Stores: vaddr, vdata, (saddr), offset, cpol. Loads: vdst, vaddr, (saddr), offset, cpol (GFX9's loads: vdst,
+    (saddr), vaddr, offset, cpol): saddr is the one scalar register."""
     if not any(isinstance(op, Reg) for op in ops):  # a cache control such as global_inv (its scope)
         return Fields()
     saddr = "_SADDR" in opcode
+    regs = [op for op in ops if isinstance(op, Reg)]
+    scalar = [op for op in regs if _reg(op)[0] < VGPR_BASE]
+    if len(scalar) != int(saddr):
+        raise ValueError(f"{len(scalar)} scalar registers in a global access {'with' if saddr else 'without'} saddr")
+    vector = [_vgpr(op) for op in regs if op not in scalar]
     if name.startswith("global_store"):
-        addr, data, dst = _vgpr(ops[0]), (_vgpr(ops[1]),), 0
+        addr, data, dst = vector[0], (vector[1],), 0
     else:
-        dst, addr, data = _vgpr(ops[0]), _vgpr(ops[1]), ()
-    base = _reg(ops[2])[0] if saddr else NULL
-    offset = _imm(ops[3 if saddr else 2]) & (1 << offset_bits) - 1
+        dst, addr, data = vector[0], vector[1], ()
+    base = _reg(scalar[0])[0] if saddr else NULL
+    offset = _imm(ops[len(regs)]) & (1 << offset_bits) - 1
     offset -= (offset & 1 << offset_bits - 1) << 1
     return Fields(dst=dst, addr=addr, data=data, base=base, imm=offset)

@@ -29,6 +29,9 @@ CHECKS: dict[str, str] = {
 ISAS: dict[str, str] = {
     "gfx11-generic": "amdgpu_models.isa.gfx11",
     "gfx12-generic": "amdgpu_models.isa.gfx12",
+    "gfx90a": "amdgpu_models.isa.gfx90a",
+    "gfx942": "amdgpu_models.isa.gfx942",
+    "gfx950": "amdgpu_models.isa.gfx950",
 }
 
 
