@@ -297,6 +297,21 @@ def test_build_survives_a_worker_node_killed_mid_build(real_cluster: RealCluster
     assert check.returncode == 0, check.stdout + check.stderr
 
 
+def test_emulate_spreads_over_the_worker_nodes(real_cluster: RealCluster, built: Path, tmp_path: Path) -> None:
+    """`farm emulate` with executor=cluster runs its objects as tasks on the cluster's nodes: the six RMSNorm
+    objects of one target are all within, and the report names both worker nodes (the head has no CPUs) as
+    where objects ran."""
+    reports = tmp_path / "reports"
+    proc = subprocess.run([sys.executable, "-m", "farm.cli", "emulate", "ops=[rmsnorm]", "targets=[gfx11-generic]",
+                           "executor=cluster", f"executor.address={real_cluster.address}", f"report_dir={reports}"],
+                          cwd=built, env=build_env(real_cluster.home), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((reports / "latest-emulate.json").read_text())
+    assert (report["emulated"], report["within"], report["executor"]["kind"]) == (ROWS, ROWS, "cluster")
+    nodes = {o["node"] for o in report["objects"]}
+    assert len(nodes) == 2 and None not in nodes, nodes
+
+
 def test_a_private_local_cluster_writes_no_readable_token(real_cluster: RealCluster, tmp_path: Path) -> None:
     """ray.init starting a local cluster writes ~/.ray/auth_token with a plain open() (mode 0644 under
     umask 022) when it finds none; the farm's private cluster writes it first, for this user only."""

@@ -3,9 +3,9 @@ joined by farm/execute/executor.py's RaySession (a private local cluster on loop
 executor.address with executor=cluster), one CPU per task. A standing cluster (`farm cluster up`) is not
 used: its compile actors hold its CPUs.
 
-Each task carries its object's bytes, its row and its decoder's name (farm/emulate/task.py); results come
-back in the order they finish. A task whose worker died is retried by Ray (executor.max_retries), then its
-object is NOT EMULATED, named with Ray's reason.
+Each task carries its object's bytes, its row and its decoder's name (farm/emulate/task.py); results come back in
+the order they finish, each naming the node it ran on (the report's "node", as a build's rows do). A task whose
+worker died is retried by Ray (executor.max_retries), then its object is NOT EMULATED, named with Ray's reason.
 """
 
 from __future__ import annotations
@@ -31,8 +31,17 @@ def results(executor_cfg: Mapping[str, Any], tasks: list[Task]) -> Generator[Obj
     session = RaySession(executor_cfg, modules=[Path(amdgpu_models.__file__).resolve().parent])
     cpus = session.start()
     try:
-        for task, result in session.tasks(run, tasks, IN_FLIGHT_PER_CPU * cpus):
+        for task, result in session.tasks(run_on_node, tasks, IN_FLIGHT_PER_CPU * cpus):
             yield result if isinstance(result, ObjectResult) else ObjectResult(
                 task.key, task.op, task.target, stopped=f"the emulation task failed on Ray: {result}")
     finally:
         session.close()
+
+
+def run_on_node(task: Task) -> ObjectResult:
+    """`run` in a Ray worker, the result naming the node it ran on (a cluster's report shows the spread)."""
+    from farm.execute.compiler import node_name
+
+    result = run(task)
+    result.node = node_name()
+    return result

@@ -50,6 +50,7 @@ class ObjectResult:
     outcomes: list[CaseOutcome] = field(default_factory=list)
     stopped: str | None = None  # why the object was not emulated (not run, or not run to the end)
     tool_failure: str | None = None  # llvm-mc missing or failing: no object's fault, the command stops
+    node: str | None = None  # the Ray node the task ran on (host/ip/node id), None when not run on Ray
 
     @property
     def emulated(self) -> bool:
@@ -81,7 +82,7 @@ class ObjectResult:
 
     def as_json(self) -> dict[str, object]:
         return {"key": self.key, "sha256": self.sha256, "seconds": round(self.seconds, 3), "status": self.status,
-                "within": self.within, "stopped": self.stopped,
+                "within": self.within, "stopped": self.stopped, "node": self.node,
                 "cases": [{**o.case.facts(), "within": o.within,
                            "measures": [{"output": m.output, "criterion": m.criterion, "dtype": m.dtype,
                                          "error": json_number(m.error), "bound": m.bound, "within": m.within}
