@@ -143,20 +143,20 @@ def _shift16(a: U32) -> U32:
     return a & np.uint32(15)
 
 
+_PERM_SIGNS = np.array([1, 3, 5, 7])  # v_perm_b32's selectors 8-11: the top bit of these bytes of {S0, S1}
+
+
 def _perm(a: U32, b: U32, c: U32) -> U32:
     """v_perm_b32: each result byte chosen by the selector byte of S2 from the eight bytes {S0, S1} (S1 the low
     four): 0-7 that byte, 8-11 the sign of S1's byte 1, S1's byte 3, S0's byte 1, S0's byte 3 repeated (0x00 or
-    0xFF), 12 zero, 13 and above 0xFF."""
-    pool = (b.astype(np.uint64) | a.astype(np.uint64) << np.uint64(32))
-    result = np.zeros(len(a), dtype=np.uint32)
-    for k in range(4):
-        sel = (c >> np.uint32(8 * k) & np.uint32(0xFF)).astype(np.uint64)
-        byte = (pool >> (np.minimum(sel, 7) * np.uint64(8)) & np.uint64(0xFF)).astype(np.uint32)
-        sign_byte = np.array([15, 31, 47, 63], dtype=np.uint64)[np.clip(sel, 8, 11).astype(np.int64) - 8]
-        signs = np.where((pool >> sign_byte & np.uint64(1)).astype(bool), np.uint32(0xFF), np.uint32(0))
-        byte = np.where(sel < 8, byte, np.where(sel < 12, signs, np.where(sel == 12, 0, 0xFF))).astype(np.uint32)
-        result |= byte << np.uint32(8 * k)
-    return result
+    0xFF), 12 zero, 13 and above 0xFF. Per lane a table of those 14 bytes, indexed by all four selectors at once."""
+    n = len(a)
+    pool = np.stack([b, a], axis=1).astype("<u4").view(np.uint8).reshape(n, 8)  # byte i of {S0, S1}
+    signs = np.where(pool[:, _PERM_SIGNS] & 0x80, np.uint8(0xFF), np.uint8(0))
+    table = np.concatenate([pool, signs, np.zeros((n, 1), np.uint8), np.full((n, 1), 0xFF, np.uint8)], axis=1)
+    selectors = np.ascontiguousarray(c, dtype="<u4").view(np.uint8).reshape(n, 4)
+    picked = np.take_along_axis(table, np.minimum(selectors, 13), axis=1)
+    return np.ascontiguousarray(picked).view("<u4").reshape(n).astype(np.uint32)
 
 
 def _bf16(a: U32) -> U32:
