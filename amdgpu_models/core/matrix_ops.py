@@ -106,6 +106,16 @@ class Layout:
         return outer, k
 
     @cached_property
+    def operand_holder(self) -> tuple[np.ndarray, bool]:
+        """Per element of the operand's matrix, the place (flat index of [reg][lane][half]) whose value it takes,
+        the last of its holders as an assignment through `operand_index` keeps; and whether any element is held
+        more than once (RDNA3's lanes 16-31 repeat lanes 0-15)."""
+        outer, k = self.operand_index
+        holder = np.zeros((self.size, self.depth), dtype=np.int64)
+        holder[outer, k] = np.arange(outer.size).reshape(outer.shape)
+        return holder, outer.size != holder.size
+
+    @cached_property
     def accumulator_index(self) -> tuple[np.ndarray, np.ndarray]:
         reg, lane = np.meshgrid(np.arange(self.accumulator_registers), np.arange(self.lanes), indexing="ij")
         row, column = (np.asarray(x, dtype=np.int64) for x in self.accumulator(reg, lane))
@@ -223,10 +233,12 @@ def multiply(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 def gather_operand(regs: np.ndarray, layout: Layout) -> np.ndarray:
     """The matrix of 16-bit patterns an operand's VGPRs hold, [outer][k] (A: [m][k]; B: [n][k]).
     Raises ValueError when two places that hold the same element disagree."""
-    halves = np.stack([regs & np.uint32(0xFFFF), regs >> np.uint32(16)], axis=-1)  # [reg][lane][half]
+    halves = np.ascontiguousarray(regs, dtype="<u4").view("<u2").reshape(*regs.shape, 2)  # [reg][lane][half]
+    holder, repeats = layout.operand_holder
+    matrix = halves.reshape(-1)[holder].astype(np.uint32)
+    if not repeats:  # every element held once: nothing can disagree
+        return matrix
     outer, k = layout.operand_index
-    matrix = np.zeros((layout.size, layout.depth), dtype=np.uint32)
-    matrix[outer, k] = halves
     if not np.array_equal(matrix[outer, k], halves):
         differ = np.argwhere(matrix[outer, k] != halves)[0]
         raise ValueError(f"VGPR +{differ[0]} lane {differ[1]} holds element ({outer[tuple(differ)]}, "
