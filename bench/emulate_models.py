@@ -1,11 +1,12 @@
 """The models' speed before and after a change, side by side in one run, and whether the results are the same.
 
-    python bench/emulate_models.py [--before REV] [--repeat N] [KEY ...]
+    python bench/emulate_models.py [--before REV] [--after REV] [--repeat N] [KEY ...]
     python bench/emulate_models.py --profile KEY            cProfile of one object, top functions by own time
 
 KEY: op/target/name of a row whose object is in outputs/ (default: one object of each slow RDNA family and,
 when the models run it, of each CDNA attention family). "before" is the commit REV's amdgpu_models/ and farm/
-(default HEAD), unpacked with `git archive` into a temporary directory; "after" is the checkout as it is. Each
+(default HEAD), unpacked with `git archive` into a temporary directory; "after" is the checkout as it is, or
+the commit `--after` names, unpacked the same way (in a shared tree others' uncommitted work is left out). Each
 side runs in its own process (`--worker`), the sides alternating in every round so that a change in the
 machine's load falls on both; an object's time is task.run's seconds (the check, the launches and the decode,
 after the modules are imported), the least of the rounds. Prints, per object, both times and before/after,
@@ -91,12 +92,18 @@ def runnable(keys: list[str]) -> list[str]:
             (ROOT / "outputs" / k.split("/")[0] / k.split("/")[1] / f"{k.split('/')[2]}.hsaco").is_file()]
 
 
-def compare(before_rev: str, keys: list[str], repeat: int) -> int:
-    with tempfile.TemporaryDirectory(prefix="emulate-before-") as tmp:
-        archive = subprocess.run(["git", "archive", before_rev, "amdgpu_models", "farm"], cwd=ROOT,
-                                 capture_output=True, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        sides = {"before": Path(tmp), "after": ROOT}
+def _unpack(rev: str, into: Path) -> Path:
+    archive = subprocess.run(["git", "archive", rev, "amdgpu_models", "farm"], cwd=ROOT, capture_output=True,
+                             check=True).stdout
+    into.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def compare(before_rev: str, after_rev: str | None, keys: list[str], repeat: int) -> int:
+    with tempfile.TemporaryDirectory(prefix="emulate-sides-") as tmp:
+        sides = {"before": _unpack(before_rev, Path(tmp) / "before"),
+                 "after": _unpack(after_rev, Path(tmp) / "after") if after_rev else ROOT}
         best: dict[str, dict[str, float]] = {"before": {}, "after": {}}
         entries: dict[str, dict[str, dict]] = {"before": {}, "after": {}}
         started = time.monotonic()
@@ -106,8 +113,9 @@ def compare(before_rev: str, keys: list[str], repeat: int) -> int:
                 for key, d in _side(sides[side], keys).items():
                     best[side][key] = min(best[side].get(key, float("inf")), d["seconds"])
                     entries[side].setdefault(key, d["entry"])
-    print(f"before = {before_rev} ({_describe(before_rev)}), after = the checkout; {repeat} rounds, least seconds "
-          f"of each; {time.monotonic() - started:.0f} s in all")
+    after = f"{after_rev} ({_describe(after_rev)})" if after_rev else "the checkout"
+    print(f"before = {before_rev} ({_describe(before_rev)}), after = {after}; {repeat} rounds, least seconds of "
+          f"each; {time.monotonic() - started:.0f} s in all")
     print(f"{'object':<78} {'before':>7} {'after':>7} {'ratio':>6} same")
     identical = True
     for key in keys:
@@ -145,6 +153,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("keys", nargs="*")
     parser.add_argument("--before", default="HEAD")
+    parser.add_argument("--after", default=None, help="a commit instead of the checkout")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=30)
@@ -155,7 +164,7 @@ def main(argv: list[str]) -> int:
     keys = args.keys or runnable(DEFAULT_KEYS)
     if args.profile:
         return profile(keys[0], args.top)
-    return compare(args.before, keys, args.repeat)
+    return compare(args.before, args.after, keys, args.repeat)
 
 
 if __name__ == "__main__":
