@@ -142,6 +142,12 @@ class Descriptor:
         target's and the wave width's: Program.vgpr_granule)."""
         return self.rsrc1 & 0x3F
 
+    @property
+    def accum_offset(self) -> int:
+        """COMPUTE_PGM_RSRC3.ACCUM_OFFSET (gfx90a, gfx942, gfx950; LLVM AMDGPUUsage): the first AGPR's place in
+        the unified register file, in VGPRs (granule 4: the field's 0..63 is 4..256)."""
+        return ((self.rsrc3 & 0x3F) + 1) * 4
+
 
 @dataclass(frozen=True)
 class Kernel:
@@ -180,6 +186,11 @@ class Program:
         if found is None:
             raise NotLaunchable(f"no GFX processor in the target {self.target!r}")
         return found.group(1)
+
+    @property
+    def unified_registers(self) -> bool:
+        """gfx90a, gfx942, gfx950: VGPRs and AGPRs share one file, split at the descriptor's ACCUM_OFFSET."""
+        return self.processor in ("gfx90a", "gfx942", "gfx950")
 
     def vgpr_granule(self, wave32: bool) -> int:
         """VGPRs per GRANULATED_WORKITEM_VGPR_COUNT block (LLVM AMDGPUUsage, "compute_pgm_rsrc1"): GFX10+ 8 in

@@ -49,6 +49,10 @@ class Runner:
         self.kernel = kernel
         self.lanes = 32 if kernel.descriptor.wave32 else 64
         self.vgprs = (kernel.descriptor.vgpr_blocks + 1) * program.vgpr_granule(self.lanes == 32)
+        self.agprs = 0
+        if program.unified_registers:  # the file's registers from ACCUM_OFFSET on are the AGPRs
+            self.vgprs, self.agprs = min(self.vgprs, kernel.descriptor.accum_offset), \
+                max(self.vgprs - kernel.descriptor.accum_offset, 0)
         self.architected_ids = program.architected_workgroup_ids
         start = kernel.entry - program.text_address
         code = program.text[start:]
@@ -87,7 +91,7 @@ class Runner:
 
     def _new_wave(self, launch: Launch, group: tuple[int, int, int], first: int, size: int) -> Wave:
         d = self.kernel.descriptor
-        wave = Wave(vgprs=self.vgprs, lanes=self.lanes)
+        wave = Wave(vgprs=self.vgprs, lanes=self.lanes, agprs=self.agprs)
         for name, at in d.user_sgprs():
             if name == "private_segment_buffer":  # no scratch (refused): a resource of 0 records, all zeros
                 continue
