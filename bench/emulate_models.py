@@ -8,9 +8,9 @@ when the models run it, of each CDNA attention family). "before" is the commit R
 (default HEAD), unpacked with `git archive` into a temporary directory; "after" is the checkout as it is, or
 the commit `--after` names, unpacked the same way (in a shared tree others' uncommitted work is left out). Each
 side runs in its own process (`--worker`), the sides alternating in every round so that a change in the
-machine's load falls on both; an object's time is task.run's seconds (the check, the launches and the decode,
-after the modules are imported), the least of the rounds. Prints, per object, both times and before/after,
-then the totals and one machine-readable line:
+machine's load falls on both; an object's time is the CPU seconds of task.run (the check, the launches and the
+decode with its llvm-mc, after the modules are imported; --wall: its wall seconds), the least of the rounds.
+Prints, per object, both times and before/after, then the totals and one machine-readable line:
     emulate_models objects=N before_s=B after_s=A speedup=B/A identical=yes|no
 identical: every object's report entry (status, every case and measure) is the same on both sides but for
 its seconds. Exit 0 when identical, 1 when not.
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import os
 import pstats
 import subprocess
 import sys
@@ -69,10 +70,20 @@ def worker(keys: list[str]) -> int:
     for key in keys:
         op, target, _ = key.split("/", 2)
         named(CHECKS[op]), named(ISAS[target])  # imported before the clock starts
-        result = run(_task(key))
+        task = _task(key)
+        before = _cpu()
+        result = run(task)
         entry = {k: v for k, v in result.as_json().items() if k not in ("seconds", "node")}
-        print(json.dumps({"key": key, "seconds": result.seconds, "entry": entry}), flush=True)
+        print(json.dumps({"key": key, "seconds": result.seconds, "cpu": _cpu() - before, "entry": entry}),
+              flush=True)
     return 0
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and its finished children (llvm-mc): less moved by other work on the machine
+    than wall time."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def _side(tree: Path, keys: list[str]) -> dict[str, dict]:
@@ -100,7 +111,7 @@ def _unpack(rev: str, into: Path) -> Path:
     return into
 
 
-def compare(before_rev: str, after_rev: str | None, keys: list[str], repeat: int) -> int:
+def compare(before_rev: str, after_rev: str | None, keys: list[str], repeat: int, measure: str) -> int:
     with tempfile.TemporaryDirectory(prefix="emulate-sides-") as tmp:
         sides = {"before": _unpack(before_rev, Path(tmp) / "before"),
                  "after": _unpack(after_rev, Path(tmp) / "after") if after_rev else ROOT}
@@ -111,11 +122,11 @@ def compare(before_rev: str, after_rev: str | None, keys: list[str], repeat: int
             order = ["before", "after"] if round_ % 2 == 0 else ["after", "before"]
             for side in order:
                 for key, d in _side(sides[side], keys).items():
-                    best[side][key] = min(best[side].get(key, float("inf")), d["seconds"])
+                    best[side][key] = min(best[side].get(key, float("inf")), d[measure])
                     entries[side].setdefault(key, d["entry"])
     after = f"{after_rev} ({_describe(after_rev)})" if after_rev else "the checkout"
-    print(f"before = {before_rev} ({_describe(before_rev)}), after = {after}; {repeat} rounds, least seconds of "
-          f"each; {time.monotonic() - started:.0f} s in all")
+    print(f"before = {before_rev} ({_describe(before_rev)}), after = {after}; {repeat} rounds, least {measure} "
+          f"seconds of each; {time.monotonic() - started:.0f} s in all; load average now {os.getloadavg()[0]:.1f}")
     print(f"{'object':<78} {'before':>7} {'after':>7} {'ratio':>6} same")
     identical = True
     for key in keys:
@@ -154,6 +165,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("keys", nargs="*")
     parser.add_argument("--before", default="HEAD")
     parser.add_argument("--after", default=None, help="a commit instead of the checkout")
+    parser.add_argument("--wall", action="store_true", help="compare wall seconds (default: CPU seconds)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=30)
@@ -164,7 +176,7 @@ def main(argv: list[str]) -> int:
     keys = args.keys or runnable(DEFAULT_KEYS)
     if args.profile:
         return profile(keys[0], args.top)
-    return compare(args.before, args.after, keys, args.repeat)
+    return compare(args.before, args.after, keys, args.repeat, "seconds" if args.wall else "cpu")
 
 
 if __name__ == "__main__":
