@@ -1,12 +1,14 @@
 """The models' speed before and after a change, side by side in one run, and whether the results are the same.
 
-    python bench/emulate_models.py [--before REV] [--after REV] [--repeat N] [KEY ...]
+    python bench/emulate_models.py [--before REV | --without REV,...] [--after REV] [--repeat N] [KEY ...]
     python bench/emulate_models.py --profile KEY            cProfile of one object, top functions by own time
 
 KEY: op/target/name of a row whose object is in outputs/ (default: one object of each slow RDNA family and,
 when the models run it, of each CDNA attention family). "before" is the commit REV's amdgpu_models/ and farm/
 (default HEAD), unpacked with `git archive` into a temporary directory; "after" is the checkout as it is, or
-the commit `--after` names, unpacked the same way (in a shared tree others' uncommitted work is left out). Each
+the commit `--after` names, unpacked the same way (in a shared tree others' uncommitted work is left out).
+`--without C1,C2`: "before" is "after" (a commit) with those commits' changes taken back out (`git apply -R`),
+the effect of those commits alone on today's code. Each
 side runs in its own process (`--worker`), the sides alternating in every round so that a change in the
 machine's load falls on both; an object's time is the CPU seconds of task.run (the check, the launches and the
 decode with its llvm-mc, after the modules are imported; --wall: its wall seconds), the least of the rounds.
@@ -111,6 +113,18 @@ def _unpack(rev: str, into: Path) -> Path:
     return into
 
 
+def without(after_rev: str, commits: list[str]) -> str:
+    """A tree: `after_rev`'s, with each commit's diff reversed (the last first)."""
+    env = dict(os.environ, GIT_INDEX_FILE=str(Path(tempfile.mkdtemp(prefix="emulate-index-")) / "index"))
+    subprocess.run(["git", "read-tree", after_rev], cwd=ROOT, env=env, check=True)
+    for commit in reversed(commits):
+        diff = subprocess.run(["git", "diff", f"{commit}^", commit, "--", "amdgpu_models", "farm"], cwd=ROOT,
+                              capture_output=True, check=True).stdout
+        subprocess.run(["git", "apply", "-R", "--cached", "-C1"], cwd=ROOT, env=env, input=diff, check=True)
+    return subprocess.run(["git", "write-tree"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
 def compare(before_rev: str, after_rev: str | None, keys: list[str], repeat: int, measure: str) -> int:
     with tempfile.TemporaryDirectory(prefix="emulate-sides-") as tmp:
         sides = {"before": _unpack(before_rev, Path(tmp) / "before"),
@@ -142,8 +156,9 @@ def compare(before_rev: str, after_rev: str | None, keys: list[str], repeat: int
 
 
 def _describe(rev: str) -> str:
-    return subprocess.run(["git", "log", "-1", "--format=%h %s", rev], cwd=ROOT, capture_output=True,
-                          text=True).stdout.strip()[:60]
+    described = subprocess.run(["git", "log", "-1", "--format=%h %s", rev], cwd=ROOT, capture_output=True,
+                               text=True).stdout.strip()[:60]
+    return described or "a tree: --after without the --without commits"
 
 
 def profile(key: str, top: int) -> int:
@@ -164,6 +179,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("keys", nargs="*")
     parser.add_argument("--before", default="HEAD")
+    parser.add_argument("--without", default=None, help="before = after without these commits (comma-separated)")
     parser.add_argument("--after", default=None, help="a commit instead of the checkout")
     parser.add_argument("--wall", action="store_true", help="compare wall seconds (default: CPU seconds)")
     parser.add_argument("--repeat", type=int, default=3)
@@ -176,7 +192,11 @@ def main(argv: list[str]) -> int:
     keys = args.keys or runnable(DEFAULT_KEYS)
     if args.profile:
         return profile(keys[0], args.top)
-    return compare(args.before, args.after, keys, args.repeat, "seconds" if args.wall else "cpu")
+    before = args.before
+    if args.without:
+        args.after = args.after or "HEAD"
+        before = without(args.after, args.without.split(","))
+    return compare(before, args.after, keys, args.repeat, "seconds" if args.wall else "cpu")
 
 
 if __name__ == "__main__":
