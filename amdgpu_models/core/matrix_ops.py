@@ -49,6 +49,10 @@ lane, C/D 4 or 16 f32 per lane). For an M x N x K form with M = N and a lane gro
 - C and D, 32x32 (16 registers): lane l, register v holds row 8 * (v / 4) + 4 * (l / 32) + v % 4, column l % 32.
 The same layouts hold on gfx90a, gfx942 and gfx950 for the operations they share (`CDNA_16X16X16`,
 `CDNA_32X32X8`); gfx950 adds `CDNA4_16X16X32`, `CDNA4_32X32X16`.
+Which K index a half holds is invisible to one multiply (a permutation of K shared by A and B changes only
+the order of the sum), and the farm's objects do not see it either (with the double-K forms' K split into two
+runs of 4 per lane the gfx950 attention objects give the same errors): that part rests on the guides and
+agrees with composable_kernel's MFMA table (k_per_blk 4, or 8 for the double-K forms, consecutive K per lane).
 Registers: A, B and C may each be VGPRs or AGPRs (operand codes 256-511 and 512-767, see core/wave.py), D
 VGPRs or AGPRs (a register number, AGPR n being 256 + n); C may be an inline constant. cbsz, abid and blgp
 (the broadcast controls) must be 0, and EXEC all ones: anything else stops the run (not modelled).
