@@ -26,7 +26,7 @@ import numpy as np
 
 from amdgpu_models.core import lanes
 from amdgpu_models.core.instruction import Fields, Instruction
-from amdgpu_models.core.memory import Lds, Memory
+from amdgpu_models.core.memory import BoundsError, Lds, Memory
 from amdgpu_models.core.wave import NULL, Unsupported, Wave
 
 SMEM_DWORDS = {"s_load_b32": 1, "s_load_b64": 2, "s_load_b96": 3, "s_load_b128": 4, "s_load_b256": 8, "s_load_b512": 16}
@@ -97,19 +97,44 @@ def _buffer(wave: Wave, inst: Instruction, f: Fields, memory: Memory, kind: str,
     if f.offen:
         offset += wave.vgpr[f.addr].astype(np.int64)
     active = wave.exec_mask
+    if kind == "load" and dwords > 1 and _load_at_once(wave, f, memory, base + soffset, offset, size, dwords,
+                                                       _inside(f, offset, 4 * np.arange(dwords)[:, None], active,
+                                                               records, bound, oob_select, size), _where(inst)):
+        return
     for i in range(dwords):
         at = offset + 4 * i
-        if f.gfx9_range:  # GFX9's raw check: each dword's (or the short's) offset, soffset not counted
-            inside = active & (at < records)
-        elif oob_select == RAW_OOB_SELECT:
-            inside = active & (at + size <= bound)
-        else:
-            inside = active & (records != 0)
+        inside = _inside(f, offset, 4 * i, active, records, bound, oob_select, size)
         if kind == "load":
             values = memory.gather(base + soffset + at, size, inside, _where(inst))  # 0 out of range
             wave.write_vgpr(f.dst + i, values, active)
         else:
             memory.scatter(base + soffset + at, wave.lane_register(f.data[0] + i), size, inside, _where(inst))
+
+
+def _inside(f: Fields, offset: np.ndarray, step: np.ndarray, active: np.ndarray, records: int, bound: int,
+            oob_select: int, size: int) -> np.ndarray:
+    """Per lane (and per dword when `step`, the dword's byte offset, is a column), whether the access is in range."""
+    at = offset + step
+    if f.gfx9_range:  # GFX9's raw check: each dword's (or the short's) offset, soffset not counted
+        return active & (at < records)
+    if oob_select == RAW_OOB_SELECT:
+        return active & (at + size <= bound)
+    return active & (records != 0) & np.ones(at.shape, dtype=bool)
+
+
+def _load_at_once(wave: Wave, f: Fields, memory: Memory, start: int, offset: np.ndarray, size: int, dwords: int,
+                  inside: np.ndarray, where: str) -> bool:
+    """A multi-dword buffer load as one gather of every (dword, lane); False, with nothing written, when that
+    gather meets a bounds error (the dword-by-dword loop then writes and fails exactly as it always did)."""
+    at = start + offset + 4 * np.arange(dwords)[:, None]
+    try:
+        values = memory.gather(at.reshape(-1), size, inside.reshape(-1), where).reshape(dwords, -1)
+    except BoundsError:
+        return False
+    active = wave.exec_mask
+    for i in range(dwords):
+        wave.write_vgpr(f.dst + i, values[i], active)
+    return True
 
 
 def _global(wave: Wave, inst: Instruction, f: Fields, memory: Memory, kind: str, dwords: int) -> None:
