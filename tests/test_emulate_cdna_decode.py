@@ -3,10 +3,11 @@
 Fast: the operations only these objects use among the CDNA families (a listing of every CDNA object: scalar bit
 tests and shifted adds, 64-bit compares, v_med3_i32, v_subb_co_u32's borrow through VCC as a register pair, ...),
 on programs llvm-mc-22 assembles for gfx90a, gfx942 and gfx950, expected values worked out here from the
-operations' documented behaviour; the GFX9 range check the kernel's V staging loads meet, on a buffer load with
-the row in soffset and in the VGPR offset. Slow: built objects of the three targets within tolerance through
-sdpa_rdna_decode's check (farm/emulate/attention/decode_check.py), and source mutations built for gfx942 reported
-outside. The objects are built in copies of this checkout (only the rows these tests run)."""
+operations' documented behaviour (GFX9's buffer range check itself: tests/test_emulate_gfx9.py). Slow: built
+objects of the three targets within tolerance through sdpa_rdna_decode's check
+(farm/emulate/attention/decode_check.py), source mutations built for gfx942 reported outside (among them the V
+staging rows back in soffset, which GFX9's range check does not count), and a corrupted instruction. The objects
+are built in copies of this checkout (only the rows these tests run)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,13 @@ import pytest
 from conftest import REPO, copy_project, run_farm
 from gfx11_asm import assemble, assembler
 
-from amdgpu_models.core.memory import Lds, Memory
+from amdgpu_models.core.memory import BoundsError, Lds, Memory
 from amdgpu_models.core.step import run_program
 from amdgpu_models.core.wave import Wave
 from amdgpu_models.isa import cdna
 from farm.emulate import families
 from farm.emulate.attention import decode_check, tolerance
-from farm.emulate.launch import load
+from farm.emulate.launch import NotLaunchable, load
 
 OP = "sdpa_cdna_decode"
 SOURCE = "sdpa_decode/sdpa_decode.py"
@@ -198,3 +199,26 @@ def test_a_mutated_kernel_source_built_for_gfx942_is_outside(objects: Path, muta
     assert caught, [(o.case.name, o.measures) for o in mutated]
     if mutation == "V rows in the SGPR offset":  # only the launch whose last step is partial reads past V
         assert caught == ["ragged"], caught
+
+
+@pytest.mark.slow
+def test_a_corrupted_instruction_stops_the_run_or_is_outside(objects: Path) -> None:
+    """Every v_exp_f32 (VOP1, opcode field bits 9-16) of a built gfx942 object turned into v_mov_b32 (opcode 1):
+    the scores pass through unexponentiated."""
+    target, name = MUTATED
+    data = bytearray((objects / target / f"{name}.hsaco").read_bytes())
+    program = load(bytes(data))
+    found = [i for i in cdna.decode(cdna.ISAS[target], program.text, program.text_address, assembler())
+             if i.name == "v_exp_f32" and i.size == 4]
+    assert found
+    text_offset = bytes(data).index(program.text)
+    for inst in found:
+        at = text_offset + inst.address - program.text_address
+        word = int.from_bytes(data[at:at + 4], "little")
+        data[at:at + 4] = ((word & ~(0xFF << 9)) | 1 << 9).to_bytes(4, "little")
+    try:
+        outcomes = _run(bytes(data), target, name)
+    except (BoundsError, NotLaunchable) as exc:  # stopped: as good as outside
+        assert str(exc)
+        return
+    assert not any(o.within for o in outcomes)  # the merge kernel's weights are v_exp_f32 too (Sk = 0 included)
