@@ -1,7 +1,7 @@
 """The shared core at wave64: programs of plain VALU operations that LLVM's assembler encodes for gfx942 (a
 wave64 target) run on 64 lanes, with EXEC and VCC as register pairs. Expected values are worked out here from
 the operations' documented behaviour (exact integers in binary32), never from the model. This checks the
-core's wave width, not a CDNA model: no CDNA object runs (the launch refuses wave64 kernels)."""
+core's wave width; the CDNA table's own mnemonics and the wave64 launch are tests/test_emulate_gfx9.py's."""
 
 from __future__ import annotations
 
