@@ -15,13 +15,14 @@ import json
 from functools import partial
 from pathlib import Path
 
+import gfx9_asm
 import numpy as np
 import pytest
 from conftest import REPO, copy_project, run_farm
-from gfx11_asm import assemble, assembler
+from gfx9_asm import MCPUS as CDNA
+from gfx9_asm import assembler, pair
 
-from amdgpu_models.core.memory import BoundsError, Lds, Memory
-from amdgpu_models.core.step import run_program
+from amdgpu_models.core.memory import BoundsError
 from amdgpu_models.core.wave import Wave
 from amdgpu_models.isa import cdna
 from farm.emulate import families
@@ -48,29 +49,16 @@ MUTATIONS = {
 MUTATED = ("gfx942", "sdpa_cdna_decode_f16_d64_none_c64_m16")
 
 
-CDNA = ("gfx90a", "gfx942", "gfx950")
 LANES = np.arange(64, dtype=np.int64)
-VCC, EXEC = 106, 126
+VCC = 106
 U32 = 0xFFFFFFFF
 
 
 def run64(mcpu: str, source: str, vgpr: dict[int, np.ndarray] | None = None, sgpr: dict[int, int] | None = None,
-          memory: Memory | None = None) -> Wave:
-    """`source` assembled by llvm-mc-22 for `mcpu`, decoded by that target's CDNA table and run on a wave64 (all
-    64 lanes on)."""
-    wave = Wave(lanes=64)
-    wave.sgpr[EXEC] = wave.sgpr[EXEC + 1] = U32
-    for reg, value in (sgpr or {}).items():
-        wave.sgpr[reg] = value & U32
-    for reg, values in (vgpr or {}).items():
-        wave.vgpr[reg] = np.asarray(values, dtype=np.int64).astype(np.uint64).astype(np.uint32)
-    code = assemble(source + "\ns_endpgm", mcpu)
-    run_program(wave, cdna.decode(cdna.ISAS[mcpu], code, 0, assembler(), mcpu), memory or Memory(), Lds.of_size(0))
-    return wave
-
-
-def pair(wave: Wave, reg: int) -> int:
-    return int(wave.sgpr[reg]) | int(wave.sgpr[reg + 1]) << 32
+          ) -> Wave:
+    """gfx9_asm.run with signed values given as their 32-bit two's complement."""
+    return gfx9_asm.run(source, mcpu, sgpr={reg: value & U32 for reg, value in (sgpr or {}).items()},
+                        vgpr={reg: np.asarray(values, dtype=np.int64) & U32 for reg, values in (vgpr or {}).items()})
 
 
 def bits(values) -> int:
