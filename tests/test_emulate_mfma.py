@@ -136,16 +136,20 @@ def exact_product(form: Form, a, b, c) -> list[list[Fraction]]:
 # -- running ------------------------------------------------------------------------------------------------
 
 def run(mcpu: str, source: str, vgpr: dict[int, np.ndarray] | None = None, agpr: dict[int, np.ndarray] | None = None,
-        exec_mask: int = ALL, vgprs: int = 128, agprs: int = 64, lds: Lds | None = None) -> Wave:
+        exec_mask: int = ALL, vgprs: int = 128, agprs: int = 64, lds: Lds | None = None,
+        sgpr: dict[int, int] | None = None, memory: Memory | None = None) -> Wave:
     """`source` assembled for `mcpu`, decoded through the CDNA table and run on a fresh wave64 whose unified
     register file has `vgprs` VGPRs and `agprs` AGPRs; vgpr/agpr: the first register of a block -> its rows."""
     code = assemble(source + "\ns_endpgm", mcpu)
     wave = Wave(vgprs=vgprs, lanes=64, agprs=agprs)
     wave.sgpr[126], wave.sgpr[127] = exec_mask & 0xFFFFFFFF, exec_mask >> 32
+    for reg, value in (sgpr or {}).items():
+        wave.sgpr[reg] = value
     for file, blocks in ((wave.vgpr, vgpr), (wave.agpr, agpr)):
         for first, rows in (blocks or {}).items():
             file[first:first + len(rows)] = rows
-    run_program(wave, cdna.decode(cdna.ISAS[mcpu], code, 0, assembler(), mcpu), Memory(), lds or Lds.of_size(0))
+    run_program(wave, cdna.decode(cdna.ISAS[mcpu], code, 0, assembler(), mcpu), memory or Memory(),
+                lds or Lds.of_size(0))
     return wave
 
 
@@ -323,3 +327,19 @@ def test_agprs_as_lds_data(mcpu: str) -> None:
     wave = run(mcpu, source, vgpr={0: [lanes * 64]}, agpr={4: rows}, lds=Lds.of_size(64 * 64))
     assert [r.tolist() for r in wave.agpr[8:12]] == [r.tolist() for r in rows]
     assert [r.tolist() for r in wave.agpr[12:16]] == [r.tolist() for r in rows]
+
+
+@pytest.mark.parametrize(("mcpu", "dwords"), [("gfx90a", 2), ("gfx942", 2), ("gfx950", 4)])
+def test_a_buffer_load_into_agprs(mcpu: str, dwords: int) -> None:
+    """buffer_load_dwordx2 (gfx90a, gfx942) and _dwordx4 (gfx950) into AGPRs, as sdpa_cdna loads K: lane l reads
+    dwords dwords * l .. + dwords - 1 of the buffer."""
+    memory = Memory()
+    data = (np.arange(64 * dwords, dtype=np.uint32) * 7 + 1)
+    base = memory.allocate("k", data.view(np.uint8))
+    descriptor = {4: base & 0xFFFFFFFF, 5: base >> 32, 6: data.nbytes, 7: 0x00027000}  # stride 0, NUM_RECORDS
+    lanes = np.arange(64, dtype=np.uint32)
+    source = f"buffer_load_dwordx{dwords} a[2:{1 + dwords}], v0, s[4:7], 0 offen"
+    wave = run(mcpu, source, vgpr={0: [lanes * 4 * dwords]}, sgpr=descriptor, memory=memory)
+    assert [wave.agpr[2 + i].tolist() for i in range(dwords)] == \
+        [data[dwords * lanes + i].tolist() for i in range(dwords)]
+    assert not wave.vgpr[2:2 + dwords].any()  # the VGPRs of the same numbers are other registers
