@@ -8,7 +8,9 @@ Runs `farm emulate` once on the project's outputs/ (nothing is written there; it
 prints, per family and target: objects, their task seconds (min, mean, max per object, summed), and the
 run's wall time, CPUs and load average before and after. The emulate command's own table and last line are
 printed as they came. Ends with one machine-readable line:
-    emulate objects=N wall_s=W task_s=T per_object_s=P within=... not_emulated=... exit=E
+    emulate objects=N wall_s=W task_s=T cpu_s=C per_object_s=P within=... not_emulated=... exit=E
+(task_s: the tasks' wall seconds summed; cpu_s: their CPU seconds, with llvm-mc's, which other work on the
+machine inflates far less.)
 Exit: the command's.
 """
 
@@ -45,10 +47,12 @@ def main(argv: list[str]) -> int:
     table_at = next((i for i, line in enumerate(lines) if line.startswith("family ")), len(lines))
     print("\n".join(lines[table_at:]))
     seconds: dict[tuple[str, str], list[float]] = defaultdict(list)
+    cpu = 0.0
     for o in report["objects"]:
         op, target, _ = o["key"].split("/", 2)
         if o["status"] != "NOT EMULATED":
             seconds[(op, target)].append(float(o["seconds"]))
+            cpu += float(o.get("cpu_seconds", 0.0))
     print(f"\nseconds per emulated object (task time on one CPU), by family; selection: {' '.join(words)}")
     print(f"{'family':<18} {'target':<14} {'objects':>7} {'min':>7} {'mean':>7} {'max':>7} {'sum':>9}")
     for (op, target), values in sorted(seconds.items()):
@@ -61,9 +65,12 @@ def main(argv: list[str]) -> int:
           f"{executor.get('num_cpus') or os.cpu_count()} CPUs ({executor.get('kind')}); load average before "
           f"{load_before[0]:.2f}, after {load_after[0]:.2f}")
     per_object = task_s / max(sum(len(v) for v in seconds.values()), 1)
-    print(f"emulate objects={count} wall_s={wall:.1f} task_s={task_s:.1f} per_object_s={per_object:.2f} "
-          f"within={report['within']} outside={report['outside']} not_emulated={report['not_emulated']} "
-          f"exit={proc.returncode}")
+    cpus = executor.get("num_cpus") or os.cpu_count() or 1
+    print(f"CPU seconds of the tasks (with llvm-mc): {cpu:.1f}, at least {cpu / cpus:.1f} s of wall time on "
+          f"{cpus} CPUs")
+    print(f"emulate objects={count} wall_s={wall:.1f} task_s={task_s:.1f} cpu_s={cpu:.1f} "
+          f"per_object_s={per_object:.2f} within={report['within']} outside={report['outside']} "
+          f"not_emulated={report['not_emulated']} exit={proc.returncode}")
     if proc.returncode and not report["objects"]:
         sys.stdout.write(proc.stderr)
     return proc.returncode

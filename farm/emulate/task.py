@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ class ObjectResult:
     target: str
     sha256: str | None = None
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # CPU time of the task and its llvm-mc processes: what a busy machine moves least
     outcomes: list[CaseOutcome] = field(default_factory=list)
     stopped: str | None = None  # why the object was not emulated (not run, or not run to the end)
     tool_failure: str | None = None  # llvm-mc missing or failing: no object's fault, the command stops
@@ -81,7 +83,8 @@ class ObjectResult:
         return f"{self.status} {self.key}: {parts}; {len(self.outcomes)} cases in {self.seconds:.1f} s"
 
     def as_json(self) -> dict[str, object]:
-        return {"key": self.key, "sha256": self.sha256, "seconds": round(self.seconds, 3), "status": self.status,
+        return {"key": self.key, "sha256": self.sha256, "seconds": round(self.seconds, 3),
+                "cpu_seconds": round(self.cpu_seconds, 3), "status": self.status,
                 "within": self.within, "stopped": self.stopped, "node": self.node,
                 "cases": [{**o.case.facts(), "within": o.within,
                            "measures": [{"output": m.output, "criterion": m.criterion, "dtype": m.dtype,
@@ -98,7 +101,7 @@ def json_number(value: float) -> float | str:
 def run(task: Task) -> ObjectResult:
     """Every case of the object's family on the model of its target."""
     result = ObjectResult(task.key, task.op, task.target, sha256=hashlib.sha256(task.data).hexdigest())
-    started = time.monotonic()
+    started, cpu = time.monotonic(), _cpu()
     try:
         decoder = partial(named(task.isa), llvm_mc=Path(task.llvm_mc))
         result.outcomes = named(task.check)(load(task.data), task.op, task.knobs, decoder)
@@ -111,4 +114,11 @@ def run(task: Task) -> ObjectResult:
         result.stopped = (f"the check raised {type(exc).__name__}: {exc} "
                           f"(at {Path(where.filename).name}:{where.lineno})")
     result.seconds = time.monotonic() - started
+    result.cpu_seconds = _cpu() - cpu
     return result
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and of its children that ended (the decoder's llvm-mc)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
