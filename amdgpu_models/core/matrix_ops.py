@@ -227,9 +227,12 @@ def multiply(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """A ([m][k]) x B ([k][n]) + C ([m][n]), all binary64: products exact for 16-bit inputs, summed in
     binary64 from C in K order, rounded once to binary32 (returned as bits; NaN canonical)."""
     with np.errstate(all="ignore"):
-        total = c.copy()
-        for k in range(a.shape[1]):
-            total += a[:, k, None] * b[None, k, :]
+        terms = np.empty((a.shape[1] + 1, *c.shape))  # C, then the K products [k][m][n] in one multiply
+        terms[0] = c
+        np.multiply(a.T[:, :, None], b[:, None, :], out=terms[1:])
+        total = terms[0]
+        for k in range(1, len(terms)):  # one addition at a time, in K order: the same sums as ever
+            total += terms[k]
         result = total.astype(np.float32).view(np.uint32)
     return np.where(np.isnan(total), CANONICAL_NAN, result).astype(np.uint32)
 
