@@ -83,6 +83,9 @@ def _max_f32(a: U32, b: U32) -> U32:
 
 def _min_max(a: U32, b: U32, greater: bool) -> U32:
     fa, fb = as_f32(a), as_f32(b)
+    with np.errstate(all="ignore"):
+        if not np.isnan(fa + fb).any() and not ((fa == 0) & (fb == 0)).any():  # no NaN, no pair of zeros:
+            return np.where(fa > fb if greater else fa < fb, a, b).astype(np.uint32)  # the plain comparison
     nan_a, nan_b = np.isnan(fa), np.isnan(fb)
     signal_a, signal_b = nan_a & ((a & QUIET) == 0), nan_b & ((b & QUIET) == 0)
     with np.errstate(all="ignore"):
