@@ -14,8 +14,8 @@ range only when NUM_RECORDS is 0): every access goes to memory. Either way the a
 offset, and the real bounds of the allocations still hold.
 
 GFX9 (CDNA, `Fields.gfx9_range`, set by the CDNA tables): the descriptor has no OOB_SELECT (word 3's bits 28-29
-are reserved) and swizzling (word 1's bit 31) must be off. The CDNA3 ISA guide ("Range Checking", the same
-text in the CDNA4 guide's 9.1.5.1) says a raw buffer (ADD_TID 0, SWIZZLE_EN 0, IDXEN 0) is out of range when
+are reserved) and swizzling (word 1's bit 31) must be off. AMD's CDNA ISA guide ("Range Checking", CDNA4's
+9.1.5.1) says a raw buffer (ADD_TID 0, SWIZZLE_EN 0, IDXEN 0) is out of range when
 InstOffset + (OFFEN ? vgpr_offset : 0) >= NumRecords, each dword of a dwordx2/x3/x4 access checked on its own:
 soffset is not in the check (it is still in the address). docs/emulation.md says where hardware reports differ.
 """
