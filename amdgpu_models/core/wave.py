@@ -190,7 +190,7 @@ class Wave:
     def write_vgpr(self, reg: int, values: U32, mask: np.ndarray) -> None:
         """Writes vector register number `reg` (a VGPR, or AGPR reg - 256) on the lanes `mask` enables."""
         target = self.vgpr[reg] if reg < len(self.vgpr) else self.lane_register(reg)
-        if mask is FULL or mask.all():  # the common case: every lane written
+        if mask is FULL or mask is FULL64 or mask.all():  # the common case: every lane written
             target[:] = values
         else:
             np.copyto(target, values, where=mask, casting="unsafe")
@@ -236,3 +236,4 @@ def dpp_lanes(control: int, lanes: int = LANES) -> tuple[np.ndarray, np.ndarray]
 
 
 FULL = Wave.mask_of(0xFFFFFFFF)  # EXEC with every lane on: the one object mask_of returns for it
+FULL64 = Wave.mask_of((1 << 64) - 1, 64)  # the same for a wave64
