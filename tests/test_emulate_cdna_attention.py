@@ -19,7 +19,8 @@ from gfx11_asm import assembler
 from amdgpu_models.core.memory import BoundsError
 from amdgpu_models.isa import cdna
 from farm.emulate import families
-from farm.emulate.attention import tolerance
+from farm.emulate.attention import forward_check, tolerance
+from farm.emulate.attention.cases import bucket_forward_cases
 from farm.emulate.launch import NotLaunchable, load
 
 SINGLE = ("sdpa_cdna", "gfx942", "sdpa_bf16_d64_c1_m64n64w4")
@@ -56,6 +57,19 @@ def _build(project: Path) -> dict[tuple[str, str, str], bytes]:
     run_farm(project, "build", f"ops=[{','.join(r[0] for r in rows)}]", f"targets=[{','.join(r[1] for r in rows)}]",
              f"names=[{','.join('/'.join(r) for r in rows)}]", check=True)
     return {row: (project / "outputs" / row[0] / row[1] / f"{row[2]}.hsaco").read_bytes() for row in (SINGLE, DUAL)}
+
+
+def test_cdna_cases_cover_the_buckets_the_run_time_head_dims_and_the_lse() -> None:
+    cases = bucket_forward_cases({"dtype": "bf16", "head_dim": 192, "head_dim_v": 128, "causal": 1,
+                                  "tile": "m128n64w4"}, 128)
+    assert [(c.name, c.head_dim, c.head_dim_v, c.write_lse) for c in cases] == [
+        ("aligned", 192, 128, False), ("ragged", 184, 120, True), ("masked", 184, 120, True)]
+    assert (cases[0].seqlen_q, cases[1].seqlen_q, cases[1].seqlen_k) == (128, 141, 149)
+    plain = bucket_forward_cases({"dtype": "f16", "head_dim": 64, "causal": 0, "tile": "m64n64w4"}, 64)
+    assert [(c.name, c.head_dim, c.head_dim_v) for c in plain] == [("aligned", 64, 64), ("ragged", 56, 56)]
+    assert forward_check.tile_block_m({"tile": "m128n128w8"}, 512) == 128
+    with pytest.raises(NotLaunchable, match="does not name the object's 256-thread block"):
+        forward_check.tile_block_m({"tile": "m128n128w8"}, 256)
 
 
 @pytest.fixture(scope="module")
