@@ -114,8 +114,60 @@ def on_shared_cluster(project: Path, args: tuple[str, ...], env: dict[str, str] 
     return args
 
 
+# Verbs that read and write only files and start no compiler, worker, daemon or cluster: `run_farm` calls them
+# in this process (an interpreter's start and the farm's imports cost ~0.5 s of CPU a call, a few hundred
+# calls a session). A test whose subject is the process itself (its exit, its signals, an interpreter
+# setting) passes `process=True`; an environment naming PYTHON* settings always gets a process.
+# FARM_TEST_SUBPROCESS=1 runs every command in a process of its own (how the suite ran before).
+IN_PROCESS_VERBS = frozenset({"check", "plan", "expand", "status", "golden", "diff"})
+
+
+def _clear_farm_caches() -> None:
+    """Forget what the farm caches once per process (code identities, import closures, Hydra answers): a
+    process per command never reuses them, and tests edit files between commands."""
+    for name, module in list(sys.modules.items()):
+        if name == "farm" or name.startswith("farm."):
+            for value in list(vars(module).values()):
+                if callable(getattr(value, "cache_clear", None)) and getattr(value, "__module__", None) == name:
+                    value.cache_clear()
+
+
+def _run_in_process(args: tuple[str, ...], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`farm *args` through farm.cli.main in this process, with `env` as its whole environment and `cwd` as its
+    directory for the call, its output captured: what `subprocess.run` of `python -m farm.cli` returns."""
+    import io
+    import traceback
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from farm.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir(cwd)
+        tempfile.tempdir = None  # tempfile keeps the directory it found first: TMPDIR is read again
+        _clear_farm_caches()
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+            except Exception:  # noqa: BLE001 (what the interpreter does with an uncaught exception)
+                traceback.print_exc()
+                code = 1
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        os.chdir(saved_cwd)
+        tempfile.tempdir = None
+    return subprocess.CompletedProcess([sys.executable, "-m", "farm.cli", *args], code, out.getvalue(),
+                                       err.getvalue())
+
+
 def run_farm(project: Path, *args: str, env: dict[str, str] | None = None, driver_env: bool = False,
-             cwd: Path | None = None, check: bool = False) -> subprocess.CompletedProcess:
+             cwd: Path | None = None, check: bool = False, process: bool = False) -> subprocess.CompletedProcess:
     full_env = dict(os.environ)
     full_env.pop("FARM_PROJECT", None)
     full_env.update(env or {})
@@ -123,8 +175,12 @@ def run_farm(project: Path, *args: str, env: dict[str, str] | None = None, drive
         full_env["FARM_PROJECT"] = str(project)
     args = on_shared_cluster(project, args, env, driver_env)
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "farm.cli", *args], cwd=cwd or project, env=full_env,
-                          capture_output=True, text=True, timeout=1800)
+    if (not process and args and args[0] in IN_PROCESS_VERBS and not os.environ.get("FARM_TEST_SUBPROCESS")
+            and not any(key.startswith("PYTHON") for key in env or {})):
+        proc = _run_in_process(args, cwd or project, full_env)
+    else:
+        proc = subprocess.run([sys.executable, "-m", "farm.cli", *args], cwd=cwd or project, env=full_env,
+                              capture_output=True, text=True, timeout=1800)
     if os.environ.get("FARM_TEST_CALL_LOG"):  # a developer's measure of where the suite's time goes
         with open(os.environ["FARM_TEST_CALL_LOG"], "a") as log:
             log.write(f"{time.perf_counter() - start:.2f}\t{os.environ.get('PYTEST_CURRENT_TEST', '')}\t"
