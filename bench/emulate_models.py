@@ -75,7 +75,7 @@ def worker(keys: list[str]) -> int:
         task = _task(key)
         before = _cpu()
         result = run(task)
-        entry = {k: v for k, v in result.as_json().items() if k not in ("seconds", "node")}
+        entry = {k: v for k, v in result.as_json().items() if k not in ("seconds", "cpu_seconds", "node")}
         print(json.dumps({"key": key, "seconds": result.seconds, "cpu": _cpu() - before, "entry": entry}),
               flush=True)
     return 0
