@@ -140,6 +140,8 @@ def test_scalar_operations() -> None:
     assert _scc("s_sub_u32 s1, s2, s3", {2: 5, 3: 3}) == (2, 0)
     assert _scc("s_cmp_lg_u64 s[2:3], 0", {2: 0, 3: 1})[1] == 1  # the high half counts
     assert _scc("s_cmp_lg_u64 s[2:3], 0", {2: 0, 3: 0})[1] == 0
+    assert _scc("s_cmp_eq_u64 s[2:3], s[4:5]", {2: 7, 3: 1, 4: 7, 5: 1})[1] == 1
+    assert _scc("s_cmp_eq_u64 s[2:3], s[4:5]", {2: 7, 3: 1, 4: 7, 5: 2})[1] == 0  # the high halves differ
 
 
 def test_the_launch_splits_the_unified_file_at_accum_offset() -> None:
