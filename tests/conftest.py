@@ -326,3 +326,16 @@ def built(small_project: Path, tmp_path_factory: pytest.TempPathFactory, worker_
     for name in ("outputs", ".farm/reports"):  # an earlier test of this worker may have written reports here
         shutil.copytree(shared / name, small_project / name, symlinks=True, dirs_exist_ok=True)
     return small_project
+
+
+def _file_seconds() -> dict[str, float]:
+    lines = (Path(__file__).parent / "file_seconds.txt").read_text().splitlines()
+    return {name: float(seconds) for seconds, name in (line.split() for line in lines if not line.startswith("#"))}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest files first (tests/file_seconds.txt): the workers take whole files in this order (--dist
+    loadfile), and a long file started last would run alone while the other workers sit idle. The order of
+    the tests within a file is kept."""
+    seconds = _file_seconds()
+    items.sort(key=lambda item: -seconds.get(item.path.name, 0.0))
