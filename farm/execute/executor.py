@@ -78,9 +78,13 @@ class RaySession:
 
     def tasks(self, fn: Callable[[T], R], items: Sequence[T], in_flight: int) -> Iterator[tuple[T, R | str]]:
         """`fn(item)` for each item as a Ray task of one CPU, at most `in_flight` at a time, handed out in
-        order; yields (item, its result) as they finish, or (item, Ray's reason) for a task Ray could not
-        complete (its worker died more than executor.max_retries times). Call after `start`."""
-        remote = ray.remote(num_cpus=1, max_retries=int(self.cfg.get("max_retries", 2)))(fn)
+        order and spread over the nodes; yields (item, its result) as they finish, or (item, Ray's reason) for
+        a task Ray could not complete (its worker died more than executor.max_retries times). Call after
+        `start`."""
+        # SPREAD: Ray's default packs a short task onto the node that just freed a CPU, so on a lightly loaded
+        # cluster one node could take every task; the tasks are independent, so they go round the nodes.
+        remote = ray.remote(num_cpus=1, max_retries=int(self.cfg.get("max_retries", 2)),
+                            scheduling_strategy="SPREAD")(fn)
         waiting = list(reversed(items))
         running: dict[Any, T] = {}
         while waiting or running:
