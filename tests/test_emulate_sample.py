@@ -42,10 +42,12 @@ def test_the_ci_sample_is_one_object_per_form_the_registry_runs(rows: list[Row])
     assert forms and sorted((r.op, r.target, str(r.knobs["dtype"])) for r in sample) == sorted(forms)
     assert all(families.runnable(r.op, r.target) for r in sample)
     assert [r.key for r in ci_sample(list(reversed(rows)))] == [r.key for r in sample]
-    # within a family and target, the forms' objects show both groups (generic and baked tiers) where there are
+    # within a family and target, the forms' objects come from as many of its groups (generic and baked tiers,
+    # tile groups) as there are forms: every group when there are fewer groups than dtypes, else one per form
     for op, target in {(r.op, r.target) for r in sample}:
         groups = {r.group for r in rows if (r.op, r.target) == (op, target)}
-        assert {r.group for r in sample if (r.op, r.target) == (op, target)} == groups, (op, target)
+        chosen = [r.group for r in sample if (r.op, r.target) == (op, target)]
+        assert len(set(chosen)) == min(len(groups), len(chosen)), (op, target, chosen, groups)
 
 
 def test_the_ci_sample_grows_with_the_registry(rows: list[Row], monkeypatch: pytest.MonkeyPatch) -> None:
