@@ -41,7 +41,7 @@ ALIASES = {
     "s_andn2_b64": "s_and_not1_b64", "s_andn2_b32": "s_and_not1_b32",
     "v_add_u32": "v_add_nc_u32", "v_sub_u32": "v_sub_nc_u32", "v_subrev_u32": "v_subrev_nc_u32",
     "v_addc_co_u32": "v_add_co_ci_u32", "v_subb_co_u32": "v_sub_co_ci_u32",
-    # sdpa_cdna (helper C): GFX9's 16-bit results zero-extended (core/vector_ops.py), ds_read2_b64
+    # GFX9's 16-bit results zero-extended (core/vector_ops.py), ds_read2_b64
     "v_mul_lo_u16": "v_mul_lo_u16_gfx9", "v_lshrrev_b16": "v_lshrrev_b16_gfx9", "ds_read2_b64": "ds_load_2addr_b64",
 }
 # Core names GFX9 does not have (RDNA's), or has with other semantics
@@ -61,7 +61,11 @@ GFX90A_MFMA = matrix_ops.GFX90A_SPELLINGS
 GFX940_ONLY = frozenset({"v_mov_b64", *matrix_ops.CDNA3})  # gfx942 and gfx950, not gfx90a
 GFX950_ONLY = frozenset({*matrix_ops.CDNA4_ONLY,
                          "v_cvt_pk_f16_f32", "v_cvt_pk_bf16_f32", "v_permlane16_swap_b32", "v_permlane32_swap_b32"})
-assert RDNA_ONLY <= set(CORE) and GFX940_ONLY | GFX950_ONLY <= set(CORE)
+# Core operations no RDNA target has, which the RDNA tables (isa/gfx11.py, isa/gfx12.py) leave out
+CDNA_ONLY = frozenset({*GFX940_ONLY, *GFX950_ONLY, *GFX90A_MFMA.values(), "v_accvgpr_read_b32",
+                       "v_accvgpr_write_b32", "v_accvgpr_mov_b32", "v_pk_add_f32", "v_pk_mul_f32", "v_pk_fma_f32",
+                       "v_pk_mov_b32", "v_sub_u16", "v_mul_lo_u16_gfx9", "v_lshrrev_b16_gfx9"})
+assert RDNA_ONLY <= set(CORE) and GFX940_ONLY | GFX950_ONLY | CDNA_ONLY <= set(CORE)
 _COMMON = frozenset(CORE) - RDNA_ONLY - GFX940_ONLY - GFX950_ONLY | set(ALIASES)
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from amdgpu_models.core.instruction import Instruction
-from amdgpu_models.isa import gfx12, operands
+from amdgpu_models.isa import cdna, gfx12, operands
 from amdgpu_models.isa.operands import CORE, Isa
 
 MCPU = "gfx11-generic"
-ISA = Isa("gfx11 (RDNA3)", MCPU, lanes=32, mnemonics=frozenset(CORE) - gfx12.ONLY, flat_offset_bits=13)
+ISA = Isa("gfx11 (RDNA3)", MCPU, lanes=32, mnemonics=frozenset(CORE) - gfx12.ONLY - cdna.CDNA_ONLY,
+          flat_offset_bits=13)
 SEMANTICS = {name: CORE[name] for name in ISA.mnemonics}  # LLVM mnemonic -> which semantics run it
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from amdgpu_models.core import matrix_ops, scalar_ops
 from amdgpu_models.core.instruction import Instruction
-from amdgpu_models.isa import operands
+from amdgpu_models.isa import cdna, operands
 from amdgpu_models.isa.operands import CORE, Isa
 
 MCPU = "gfx12-generic"
@@ -45,8 +45,8 @@ GFX11_ONLY = frozenset({"s_waitcnt", "s_waitcnt_vscnt", "s_barrier", "buffer_gl0
                         "s_set_inst_prefetch_distance", "v_max_f32", "v_max3_f32", "v_dual_max_f32",
                         *ALIASES.values()})
 assert ONLY <= set(CORE) and GFX11_ONLY <= set(CORE)
-ISA = Isa("gfx12 (RDNA4)", MCPU, lanes=32, mnemonics=frozenset(CORE) - GFX11_ONLY | set(ALIASES), aliases=ALIASES,
-          flat_offset_bits=24, mattr=MATTR, ttmps=frozenset({7, 9}))
+ISA = Isa("gfx12 (RDNA4)", MCPU, lanes=32, mnemonics=frozenset(CORE) - GFX11_ONLY - cdna.CDNA_ONLY | set(ALIASES),
+          aliases=ALIASES, flat_offset_bits=24, mattr=MATTR, ttmps=frozenset({7, 9}))
 SEMANTICS = {name: ISA.semantics(name) for name in ISA.mnemonics}  # LLVM mnemonic -> (core name, kind)
 
 
