@@ -5,13 +5,13 @@ mutations of every RDNA attention family that the check reports outside."""
 
 from __future__ import annotations
 
-import struct
 from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import REPO, copy_project, run_farm
+from corrupt import assert_stopped_or_outside, vop1_as
 from gfx11_asm import assemble, assembler
 
 from amdgpu_models.core.memory import BoundsError
@@ -331,19 +331,6 @@ def test_a_corrupted_instruction_stops_the_run_or_is_outside(objects: Path) -> N
     """v_exp_f32 (VOP1 opcode 0x25) turned into v_mov_b32 (opcode 1) in a built object: the scores pass through
     unexponentiated."""
     op, target, name = FORWARD_F16
-    data = bytearray(_object(objects, op, target, name).read_bytes())
-    program = load(bytes(data))
-    found = [i for i in gfx11.decode(program.text, program.text_address, assembler())
-             if i.name == "v_exp_f32" and i.size == 4]
-    assert found
-    text_offset = bytes(data).index(program.text)
-    for inst in found:
-        at = text_offset + inst.address - program.text_address
-        word = struct.unpack_from("<I", data, at)[0]
-        struct.pack_into("<I", data, at, (word & ~(0xFF << 9)) | 1 << 9)
-    try:
-        outcomes = _run(bytes(data), op, target, name)
-    except (BoundsError, NotLaunchable) as exc:  # stopped: as good as outside
-        assert str(exc)
-        return
-    assert not any(o.within for o in outcomes)
+    data = vop1_as(_object(objects, op, target, name).read_bytes(),
+                   lambda text, address: gfx11.decode(text, address, assembler()), "v_exp_f32")
+    assert_stopped_or_outside(lambda: _run(data, op, target, name))

@@ -8,15 +8,14 @@ merge weights and the LSE's ln 2 by the non-causal dualwave object's O and LSE).
 from __future__ import annotations
 
 import json
-import struct
 from functools import partial
 from pathlib import Path
 
 import pytest
 from conftest import REPO, copy_project, run_farm
+from corrupt import assert_stopped_or_outside, vop1_as
 from gfx11_asm import assembler
 
-from amdgpu_models.core.memory import BoundsError
 from amdgpu_models.isa import cdna
 from farm.emulate import families
 from farm.emulate.attention import forward_check, tolerance
@@ -127,19 +126,6 @@ def test_a_mutated_cdna_kernel_source_is_outside(objects: tuple[dict, dict], ori
 def test_a_corrupted_cdna_instruction_stops_the_run_or_is_outside(objects: tuple[dict, dict]) -> None:
     """v_exp_f32 (GFX9 VOP1 opcode 0x20) turned into v_mov_b32 (opcode 1) in the built gfx942 object."""
     op, target, name = SINGLE
-    data = bytearray(objects[0][SINGLE])
-    program = load(bytes(data))
-    found = [i for i in cdna.decode(cdna.ISAS[target], program.text, program.text_address, assembler(), target)
-             if i.name == "v_exp_f32" and i.size == 4]
-    assert found
-    text_offset = bytes(data).index(program.text)
-    for inst in found:
-        at = text_offset + inst.address - program.text_address
-        word = struct.unpack_from("<I", data, at)[0]
-        struct.pack_into("<I", data, at, (word & ~(0xFF << 9)) | 1 << 9)
-    try:
-        outcomes = _run(bytes(data), op, target, name)
-    except (BoundsError, NotLaunchable) as exc:  # stopped: as good as outside
-        assert str(exc)
-        return
-    assert not any(o.within for o in outcomes)
+    data = vop1_as(objects[0][SINGLE], lambda text, address: cdna.decode(cdna.ISAS[target], text, address,
+                                                                          assembler(), target), "v_exp_f32")
+    assert_stopped_or_outside(lambda: _run(data, op, target, name))

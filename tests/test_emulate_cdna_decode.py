@@ -19,15 +19,15 @@ import gfx9_asm
 import numpy as np
 import pytest
 from conftest import REPO, copy_project, run_farm
+from corrupt import assert_stopped_or_outside, vop1_as
 from gfx9_asm import MCPUS as CDNA
 from gfx9_asm import assembler, pair
 
-from amdgpu_models.core.memory import BoundsError
 from amdgpu_models.core.wave import Wave
 from amdgpu_models.isa import cdna
 from farm.emulate import families
 from farm.emulate.attention import decode_check, tolerance
-from farm.emulate.launch import NotLaunchable, load
+from farm.emulate.launch import load
 
 OP = "sdpa_cdna_decode"
 SOURCE = "sdpa_decode/sdpa_decode.py"
@@ -194,19 +194,7 @@ def test_a_corrupted_instruction_stops_the_run_or_is_outside(objects: Path) -> N
     """Every v_exp_f32 (VOP1, opcode field bits 9-16) of a built gfx942 object turned into v_mov_b32 (opcode 1):
     the scores pass through unexponentiated."""
     target, name = MUTATED
-    data = bytearray((objects / target / f"{name}.hsaco").read_bytes())
-    program = load(bytes(data))
-    found = [i for i in cdna.decode(cdna.ISAS[target], program.text, program.text_address, assembler())
-             if i.name == "v_exp_f32" and i.size == 4]
-    assert found
-    text_offset = bytes(data).index(program.text)
-    for inst in found:
-        at = text_offset + inst.address - program.text_address
-        word = int.from_bytes(data[at:at + 4], "little")
-        data[at:at + 4] = ((word & ~(0xFF << 9)) | 1 << 9).to_bytes(4, "little")
-    try:
-        outcomes = _run(bytes(data), target, name)
-    except (BoundsError, NotLaunchable) as exc:  # stopped: as good as outside
-        assert str(exc)
-        return
-    assert not any(o.within for o in outcomes)  # the merge kernel's weights are v_exp_f32 too (Sk = 0 included)
+    data = vop1_as((objects / target / f"{name}.hsaco").read_bytes(),
+                   lambda text, address: cdna.decode(cdna.ISAS[target], text, address, assembler()), "v_exp_f32")
+    # the merge kernel's weights are v_exp_f32 too (Sk = 0 included)
+    assert_stopped_or_outside(lambda: _run(data, target, name))
