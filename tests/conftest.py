@@ -247,6 +247,19 @@ def small_one_target_copy(dest: Path, target: str) -> Path:
     return project
 
 
+def _ray_auth_variables() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith("RAY_AUTH")}
+
+
+@pytest.fixture(autouse=True)
+def ray_auth_left_as_found() -> Iterator[None]:
+    """No test leaves Ray's token variables changed in this process: every later build on the shared cluster
+    would inherit them (RAY_AUTH_MODE=token left behind made each one lose its actors at once)."""
+    before = _ray_auth_variables()
+    yield
+    assert _ray_auth_variables() == before, "this test changed RAY_AUTH_* in the test process"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def shared_ray(request: pytest.FixtureRequest) -> Iterator[str]:
     """One Ray cluster on loopback for the whole session (see on_shared_cluster), ended with the session.

@@ -48,7 +48,7 @@ class RaySession:
         self.cfg = executor_cfg
         self.modules = list(modules)
         self._recorded = False
-        self._auth_saved: ray_auth.Saved | None = None  # executor=cluster: the token variables to restore
+        self._auth_saved: ray_auth.Saved | None = None  # the token variables to restore on close
 
     def start(self) -> int:
         kind = self.cfg.get("kind", "local")
@@ -71,7 +71,8 @@ class RaySession:
         self._restore_auth()
 
     def _restore_auth(self) -> None:
-        """The environment as it was before a cluster's token was put in it (executor=cluster)."""
+        """The token variables as they were before this session: executor=cluster put the token there, and a
+        local cluster's ray.init turned token mode on."""
         if self._auth_saved is not None:
             ray_auth.restore(self._auth_saved)
             self._auth_saved = None
@@ -103,6 +104,11 @@ class RaySession:
         """Start (local) or join (cluster) a Ray cluster of this command's own; returns its CPU count."""
         if kind == "local":
             end_leftovers()
+            # ray.init of a new local cluster turns token mode on in this process's environment
+            # (RAY_AUTH_MODE=token) and leaves it there: a long-lived caller (a notebook, a test session)
+            # would then send tokens to a later executor=cluster without authentication, whose calls back
+            # its driver refuses (actors die at once). `close` puts the variables back.
+            self._auth_saved = ray_auth.save()
             local.start(cpus or os.cpu_count() or 1)
             self._recorded = True
             record_ray_processes()

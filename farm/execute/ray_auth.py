@@ -74,7 +74,7 @@ def prepare(address: str, configured: str | None) -> Saved:
     server, so the workers of a cluster without authentication could not reach it (actors die).
     An explicit RAY_AUTH_MODE stays the user's; ray:// and `auto` addresses are left to Ray."""
     token = find(configured)
-    saved: Saved = {name: os.environ.get(name) for name in (MODE_ENV, TOKEN_ENV, PATH_ENV)}
+    saved = save()
     host, _, port = address.rpartition(":")
     if "://" in address or not host or not port.isdigit():
         return saved
@@ -107,6 +107,11 @@ def prepare(address: str, configured: str | None) -> Saved:
     if token is not None and token.path is not None and os.environ.get(MODE_ENV) == "token":
         warn_if_readable(token.path)
     return saved
+
+
+def save() -> Saved:
+    """The token variables as they are now, for `restore`."""
+    return {name: os.environ.get(name) for name in (MODE_ENV, TOKEN_ENV, PATH_ENV)}
 
 
 def restore(saved: Saved) -> None:
