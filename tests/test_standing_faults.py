@@ -4,6 +4,7 @@ killed daemons and drivers. Nothing is ever signalled unless it is proven to be 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ import pytest
 from conftest import run_farm, small_copy
 
 from farm.contract import CompileResult
-from farm.execute import executor, local, standing
+from farm.execute import executor, local, ray_auth, standing
 from farm.execute import processes as procs
 from farm.worker.environment import short_private_dir
 
@@ -42,7 +43,15 @@ def _fake_daemon(project: Path, where: Path) -> subprocess.Popen:
     for init in (where / "farm" / "__init__.py", package / "__init__.py"):
         init.write_text("")
     (package / "standing.py").write_text("import time\ntime.sleep(600)\n")
-    return subprocess.Popen([sys.executable, "-m", "farm.execute.standing", str(project)], cwd=where)
+    command = [sys.executable, "-m", "farm.execute.standing", str(project)]
+    proc = subprocess.Popen(command, cwd=where)
+    # Its identity (pid, start, command line) is recorded as the daemon's: only once it has exec'd, or the
+    # farm rightly finds "that pid is another process now" (a loaded machine showed the forked pytest's).
+    deadline = time.monotonic() + 60
+    while psutil.Process(proc.pid).cmdline() != command:
+        assert time.monotonic() < deadline and proc.poll() is None, "the stand-in daemon did not start"
+        time.sleep(0.01)
+    return proc
 
 
 def _state_path(project: Path) -> Path:
@@ -371,6 +380,21 @@ class _Flaky:
         return CompileResult(key=request.key, ok=True, worker=f"pid {os.getpid()}", finished_unix=time.time())
 
 
+@contextlib.contextmanager
+def private_local_cluster() -> Iterator[None]:
+    """A two-CPU local Ray cluster in this process, ended after; Ray's token variables as they were (its
+    ray.init turns token mode on in this process, and later builds on the shared cluster inherit them)."""
+    import ray
+
+    auth = ray_auth.save()
+    local.start(2)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        ray_auth.restore(auth)
+
+
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_a_dead_actor_s_row_is_retried_on_another_and_the_actor_replaced(tmp_path: Path) -> None:
@@ -389,8 +413,7 @@ def test_a_dead_actor_s_row_is_retried_on_another_and_the_actor_replaced(tmp_pat
         started.append(flaky.remote(str(tmp_path)))
         return started[-1]
 
-    local.start(2)
-    try:
+    with private_local_cluster():
         dispatch = Dispatch(lambda actor, requests: actor.compile_parcel.remote(requests), retries=1,
                             replace=new_actor)
         assert dispatch.start([new_actor(), new_actor()], 120) == 2
@@ -398,8 +421,6 @@ def test_a_dead_actor_s_row_is_retried_on_another_and_the_actor_replaced(tmp_pat
         for key in keys:
             dispatch.submit(_Request(key))
         results = [r for batch in dispatch.batches(0.1) for r in batch]
-    finally:
-        ray.shutdown()
     by_key = {r.key: r for r in results}
     assert sorted(by_key) == sorted(keys) and len(results) == len(keys)
     failed = {k: by_key[k].error for k in keys if k != "die/always" and not by_key[k].ok}
@@ -434,8 +455,7 @@ def test_rows_go_in_parcels_and_a_lost_parcel_s_rows_go_again_alone_uncharged(tm
 
     keys = [f"ok/{i:02d}" for i in range(40)]
     keys[1], keys[6] = "die/once", "die/always"  # both in the first parcels (40 rows, 4 slots: 4 a call)
-    local.start(2)
-    try:
+    with private_local_cluster():
         dispatch = Dispatch(lambda actor, requests: actor.compile_parcel.remote(requests), retries=0,
                             replace=new_actor)
         assert dispatch.start([new_actor(), new_actor()], 120) == 2
@@ -443,8 +463,6 @@ def test_rows_go_in_parcels_and_a_lost_parcel_s_rows_go_again_alone_uncharged(tm
             dispatch.submit(_Request(key))
         results = [r for batch in dispatch.batches(0.1) for r in batch]
         returned = {r.key: dispatch.returned_unix(r.key) for r in results}
-    finally:
-        ray.shutdown()
     by_key = {r.key: r for r in results}
     assert sorted(by_key) == sorted(keys) and len(results) == len(keys)
     assert all(by_key[k].ok for k in keys if k != "die/always")
