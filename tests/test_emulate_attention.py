@@ -10,9 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, copy_project, run_farm
+from conftest import copy_project, run_farm
 from corrupt import assert_stopped_or_outside, vop1_as
 from gfx11_asm import assemble, assembler
+from object_runs import run_object
 
 from amdgpu_models.core.memory import BoundsError
 from amdgpu_models.isa import gfx11
@@ -236,8 +237,6 @@ def test_a_store_before_the_output_fails_the_case_through_its_guard(objects: Pat
 
 # ----------------------------------------------------------------------------- slow: the objects on the models
 
-CHECKS = {"sdpa_rdna": forward_check.check, "sdpa_rdna4": forward_check.check,
-          "sdpa_rdna_decode": decode_check.check}
 # One object per family x target x dtype, mask, bias form and generic tier between them.
 BUILT = [
     ("sdpa_rdna", "gfx11-generic", "sdpa_rdna_f16_d96_mask-causal_bias-f32"),
@@ -252,27 +251,10 @@ BUILT = [
 ]
 
 
-def _knobs(op: str, target: str, name: str) -> dict:
-    import json
-
-    for line in (REPO / "instances" / f"{op}.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        if row["name"] == name and row["target"] == target:
-            return row["knobs"]
-    raise AssertionError(f"no row {op}/{target}/{name}")
-
-
-def _run(data: bytes, op: str, target: str, name: str) -> list:
-    from farm.emulate import families
-
-    return CHECKS[op](load(data), op, _knobs(op, target, name),
-                      partial(families.decoder_of(target), llvm_mc=assembler()))
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("op", "target", "name"), BUILT)
 def test_built_objects_are_within_tolerance(objects: Path, op: str, target: str, name: str) -> None:
-    outcomes = _run(_object(objects, op, target, name).read_bytes(), op, target, name)
+    outcomes = run_object(_object(objects, op, target, name).read_bytes(), op, target, name)
     assert outcomes and all(o.within for o in outcomes), [(o.case.facts(), o.measures) for o in outcomes]
     criteria = {m.criterion for o in outcomes for m in o.measures}
     assert {tolerance.LOWP, tolerance.ELEMENTWISE} <= criteria
@@ -315,8 +297,8 @@ def test_a_mutated_kernel_source_is_outside(objects: Path, mutation: str, tmp_pa
     run_farm(project, "build", f"ops=[{op}]", f"targets=[{target}]", f"names=[{name}]", check=True)
     data = (project / "outputs" / op / target / f"{name}.hsaco").read_bytes()
     assert data != _object(objects, op, target, name).read_bytes()  # the mutation reached the object
-    original = _run(_object(objects, op, target, name).read_bytes(), op, target, name)
-    mutated = _run(data, op, target, name)
+    original = run_object(_object(objects, op, target, name).read_bytes(), op, target, name)
+    mutated = run_object(data, op, target, name)
 
     def within(outcome) -> bool:
         return all(m.within for m in outcome.measures if m.output == output)
@@ -333,4 +315,4 @@ def test_a_corrupted_instruction_stops_the_run_or_is_outside(objects: Path) -> N
     op, target, name = FORWARD_F16
     data = vop1_as(_object(objects, op, target, name).read_bytes(),
                    lambda text, address: gfx11.decode(text, address, assembler()), "v_exp_f32")
-    assert_stopped_or_outside(lambda: _run(data, op, target, name))
+    assert_stopped_or_outside(lambda: run_object(data, op, target, name))

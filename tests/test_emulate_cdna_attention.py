@@ -7,20 +7,18 @@ merge weights and the LSE's ln 2 by the non-causal dualwave object's O and LSE).
 
 from __future__ import annotations
 
-import json
-from functools import partial
 from pathlib import Path
 
 import pytest
-from conftest import REPO, copy_project, run_farm
+from conftest import copy_project, run_farm
 from corrupt import assert_stopped_or_outside, vop1_as
 from gfx11_asm import assembler
+from object_runs import run_object
 
 from amdgpu_models.isa import cdna
-from farm.emulate import families
 from farm.emulate.attention import forward_check, tolerance
 from farm.emulate.attention.cases import bucket_forward_cases
-from farm.emulate.launch import NotLaunchable, load
+from farm.emulate.launch import NotLaunchable
 
 SINGLE = ("sdpa_cdna", "gfx942", "sdpa_bf16_d64_c1_m64n64w4")
 DUAL = ("sdpa_cdna_dualwave", "gfx950", "sdpa_dw_bf16_d128_c0_m128n128w8")
@@ -36,19 +34,6 @@ MUTATIONS = {
         "lse = seen.select((m * ctx.scale_log2 + log2_l) * LN2, fx.Float32(NEG_INF))",
         "lse = seen.select(m * ctx.scale_log2 + log2_l, fx.Float32(NEG_INF))", DUAL, "lse"),
 }
-
-
-def _knobs(op: str, target: str, name: str) -> dict:
-    for line in (REPO / "instances" / f"{op}.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        if row["name"] == name and row["target"] == target:
-            return row["knobs"]
-    raise AssertionError(f"no row {op}/{target}/{name}")
-
-
-def _run(data: bytes, op: str, target: str, name: str) -> list:
-    return families.check_of(op)(load(data), op, _knobs(op, target, name),
-                                 partial(families.decoder_of(target), llvm_mc=assembler()))
 
 
 def _build(project: Path) -> dict[tuple[str, str, str], bytes]:
@@ -88,12 +73,12 @@ def objects(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
 
 @pytest.fixture(scope="module")
 def original_runs(objects: tuple[dict, dict]) -> dict:
-    return {row: _run(data, *row) for row, data in objects[0].items()}
+    return {row: run_object(data, *row) for row, data in objects[0].items()}
 
 
 @pytest.fixture(scope="module")
 def mutated_runs(objects: tuple[dict, dict]) -> dict:
-    return {row: _run(data, *row) for row, data in objects[1].items()}
+    return {row: run_object(data, *row) for row, data in objects[1].items()}
 
 
 @pytest.mark.slow
@@ -128,4 +113,4 @@ def test_a_corrupted_cdna_instruction_stops_the_run_or_is_outside(objects: tuple
     op, target, name = SINGLE
     data = vop1_as(objects[0][SINGLE], lambda text, address: cdna.decode(cdna.ISAS[target], text, address,
                                                                           assembler(), target), "v_exp_f32")
-    assert_stopped_or_outside(lambda: _run(data, op, target, name))
+    assert_stopped_or_outside(lambda: run_object(data, op, target, name))

@@ -11,23 +11,20 @@ are built in copies of this checkout (only the rows these tests run)."""
 
 from __future__ import annotations
 
-import json
-from functools import partial
 from pathlib import Path
 
 import gfx9_asm
 import numpy as np
 import pytest
-from conftest import REPO, copy_project, run_farm
+from conftest import copy_project, run_farm
 from corrupt import assert_stopped_or_outside, vop1_as
 from gfx9_asm import MCPUS as CDNA
 from gfx9_asm import assembler, pair
+from object_runs import run_object
 
 from amdgpu_models.core.wave import Wave
 from amdgpu_models.isa import cdna
-from farm.emulate import families
-from farm.emulate.attention import decode_check, tolerance
-from farm.emulate.launch import load
+from farm.emulate.attention import tolerance
 
 OP = "sdpa_cdna_decode"
 SOURCE = "sdpa_decode/sdpa_decode.py"
@@ -128,24 +125,11 @@ def test_scalar_bit_tests_shifts_and_shifted_adds(mcpu: str) -> None:
     assert wave.sgpr[2] == 0x211 and pair(wave, 0) == 0x0123_4567_89AB_CDEF >> 24
 
 
-def _knobs(target: str, name: str) -> dict:
-    for line in (REPO / "instances" / f"{OP}.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        if row["name"] == name and row["target"] == target:
-            return row["knobs"]
-    raise AssertionError(f"no row {OP}/{target}/{name}")
-
-
 def _build(project: Path, rows: list[tuple[str, str]]) -> Path:
     targets = ",".join(sorted({target for target, _ in rows}))
     names = ",".join(f"{OP}/{target}/{name}" for target, name in rows)
     run_farm(project, "build", f"ops=[{OP}]", f"targets=[{targets}]", f"names=[{names}]", check=True)
     return project / "outputs" / OP
-
-
-def _run(data: bytes, target: str, name: str) -> list:
-    return decode_check.check(load(data), OP, _knobs(target, name),
-                              partial(families.decoder_of(target), llvm_mc=assembler()))
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +141,7 @@ def objects(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 @pytest.mark.parametrize(("target", "name"), BUILT)
 def test_built_objects_are_within_tolerance(objects: Path, target: str, name: str) -> None:
-    outcomes = _run((objects / target / f"{name}.hsaco").read_bytes(), target, name)
+    outcomes = run_object((objects / target / f"{name}.hsaco").read_bytes(), OP, target, name)
     assert outcomes and all(o.within for o in outcomes), [(o.case.facts(), o.measures) for o in outcomes]
     criteria = {m.criterion for o in outcomes for m in o.measures}
     assert {tolerance.LOWP, tolerance.ELEMENTWISE, tolerance.LSE_RULE, tolerance.MASKED_LSE} <= criteria
@@ -177,7 +161,7 @@ def test_a_mutated_kernel_source_built_for_gfx942_is_outside(objects: Path, muta
     data = (_build(project, [MUTATED]) / target / f"{name}.hsaco").read_bytes()
     original_data = (objects / target / f"{name}.hsaco").read_bytes()
     assert data != original_data  # the mutation reached the object
-    original, mutated = _run(original_data, target, name), _run(data, target, name)
+    original, mutated = run_object(original_data, OP, target, name), run_object(data, OP, target, name)
 
     def within(outcome) -> bool:
         return all(m.within for m in outcome.measures if m.output == output)
@@ -197,4 +181,4 @@ def test_a_corrupted_instruction_stops_the_run_or_is_outside(objects: Path) -> N
     data = vop1_as((objects / target / f"{name}.hsaco").read_bytes(),
                    lambda text, address: cdna.decode(cdna.ISAS[target], text, address, assembler()), "v_exp_f32")
     # the merge kernel's weights are v_exp_f32 too (Sk = 0 included)
-    assert_stopped_or_outside(lambda: _run(data, target, name))
+    assert_stopped_or_outside(lambda: run_object(data, OP, target, name))
