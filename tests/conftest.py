@@ -247,7 +247,8 @@ def small_one_target_copy(dest: Path, target: str) -> Path:
     return project
 
 
-def _ray_auth_variables() -> dict[str, str]:
+def ray_auth_variables() -> dict[str, str]:
+    """Ray's token variables (RAY_AUTH_*) in this process's environment."""
     return {k: v for k, v in os.environ.items() if k.startswith("RAY_AUTH")}
 
 
@@ -255,9 +256,9 @@ def _ray_auth_variables() -> dict[str, str]:
 def ray_auth_left_as_found() -> Iterator[None]:
     """No test leaves Ray's token variables changed in this process: every later build on the shared cluster
     would inherit them (RAY_AUTH_MODE=token left behind made each one lose its actors at once)."""
-    before = _ray_auth_variables()
+    before = ray_auth_variables()
     yield
-    assert _ray_auth_variables() == before, "this test changed RAY_AUTH_* in the test process"
+    assert ray_auth_variables() == before, "this test changed RAY_AUTH_* in the test process"
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import REPO, copy_project, run_farm, shrink_rmsnorm
+from conftest import REPO, copy_project, ray_auth_variables, run_farm, shrink_rmsnorm
 
 from farm.contract import CompileRequest
 
@@ -113,7 +113,7 @@ def test_ray_stays_on_loopback_and_a_one_row_build_starts_one_compile_actor() ->
 
     from farm.execute.executor import RayExecutor
 
-    auth_before = {k: v for k, v in os.environ.items() if k.startswith("RAY_AUTH")}
+    auth_before = ray_auth_variables()
     with RayExecutor({"kind": "local", "num_cpus": 2, "max_retries": 0}, 60, rows=1):
         nodes = ray.nodes()
         assert nodes and all(n["NodeManagerAddress"] == "127.0.0.1" for n in nodes if n["Alive"])
@@ -127,7 +127,7 @@ def test_ray_stays_on_loopback_and_a_one_row_build_starts_one_compile_actor() ->
         assert len(actors) == 1, actors
     # ray.init of the local cluster set RAY_AUTH_MODE=token in this process; the executor put it back, or a
     # later executor=cluster without authentication from this process would lose its actors at once.
-    assert {k: v for k, v in os.environ.items() if k.startswith("RAY_AUTH")} == auth_before
+    assert ray_auth_variables() == auth_before
 
 
 def test_missing_linker_is_named_before_compiling(tmp_path: Path) -> None:
