@@ -144,7 +144,8 @@ def code_object(kernels: list[str]) -> SimpleNamespace:
     """The facts verify.problems reads of an object, for a gfx942 object holding `kernels`."""
     return SimpleNamespace(e_machine=224, os_abi=64, amdhsa_target="amdgcn-amd-amdhsa--gfx942", mach=0x04c,
                            generic_version=0, abi_version=4, kernel_symbols=sorted(kernels),
-                           kernels=[{".name": k, ".wavefront_size": 64} for k in kernels])
+                           kernels=[{".name": k, ".wavefront_size": 64} for k in kernels],
+                           comment="Linker: LLD 22.1.8")
 
 
 def test_a_group_may_declare_its_own_symbols(conf_only: Path) -> None:

@@ -188,9 +188,17 @@ def test_the_build_path_never_hands_a_crafted_object_to_the_disassembler(
     assert len(started) == 1 and len(started[0]) == 6  # one run, of the sound object only (5 arguments + it)
 
 
+def linked_by_another_linker(data: bytes) -> bytes:
+    """The linker's name in .comment changed in place: a sound object that another linker linked."""
+    assert data.count(b"Linker: LLD 22.1.8") == 1
+    return data.replace(b"Linker: LLD 22.1.8", b"Linker: LLD 19.1.7")
+
+
 @pytest.mark.parametrize(("corrupt", "reason"), [
     (symtab_size_2_63, "object is not a code object: not a readable ELF file (malformed: section "),
     (symbol_past_its_section, f"object cannot be disassembled: {disasm.MALFORMED}: section "),
+    (linked_by_another_linker, "verification failed: linked by 'Linker: LLD 19.1.7' (.comment), the pinned "
+                               "linker is 'LLD 22.1.8'"),
 ])
 def test_a_build_refuses_a_crafted_object_naming_what_is_wrong(built: Path, corrupt: Callable[[bytes], bytes],
                                                                 reason: str) -> None:

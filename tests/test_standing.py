@@ -9,9 +9,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import run_farm, small_copy
+from conftest import run_farm, small_copy, write_lld19_toolchain
 from test_warm_default import up_and_made_stale
 
+from farm.elf.code_object import read_code_object
 from farm.execute.processes import verified
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
@@ -80,6 +81,20 @@ def test_standing_cluster_serves_builds_warm_and_stops(built: Path, tmp_path: Pa
         assert "linker.version: pinned 'LLD 19.1.7', found 'LLD 22.1.8'" in wrong.stderr
         assert {p.name: p.read_bytes() for p in ours.iterdir()} == before
         pin.write_text(pinned)
+
+        # A build pinning another real linker gets objects that linker linked, though the compilers warmed up
+        # with the daemon's: a warm server started for one linker never links for another.
+        write_lld19_toolchain(project, "lld19")
+        other = run_farm(project, "build", f"targets=[{TARGET}]", "toolchain=lld19", f"outputs_dir={tmp_path / 'o19'}",
+                         check=True)
+        assert "rows go through the daemon's build socket" in other.stderr
+        linked = {p.name: read_code_object(p.read_bytes()).comment
+                  for p in (tmp_path / "o19" / "rmsnorm" / TARGET).glob("*.hsaco")}
+        assert len(linked) == 6 and set(linked.values()) == {"Linker: Debian LLD 19.1.7"}, linked
+        # and the next build of the daemon's own pin is linked by its own linker again.
+        (ours / objects[0]).unlink()
+        run_farm(project, "build", f"targets=[{TARGET}]", check=True)
+        assert (ours / objects[0]).read_bytes() == (theirs / objects[0]).read_bytes()
 
         # A cluster running other farm code is not used: its bytes would be refused.
         state_path = project / ".farm" / "cluster" / "state.json"

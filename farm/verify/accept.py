@@ -53,8 +53,11 @@ def verifier_files() -> frozenset[str]:
 
 def rules_of(cfg: FarmConfig, row: Row) -> Rules:
     """What `row`'s object must be, from exactly the values its inputs record: the op's compile identity and
-    the target's fields (their digests: inputs `op` and `target`) and the row's resource rules (`allow`)."""
-    return Rules.of(cfg.ops[row.op].compile_identity(), cfg.targets[row.target].as_dict(), row.group, row.allow)
+    the target's fields (their digests: inputs `op` and `target`), the row's resource rules (`allow`) and the
+    toolchain pin's linker version (input `toolchain`)."""
+    linker = cfg.toolchain_pin.get("linker") or {}
+    return Rules.of(cfg.ops[row.op].compile_identity(), cfg.targets[row.target].as_dict(), row.group, row.allow,
+                    linker.get("version"))
 
 
 def elf_of(result: CompileResult) -> bytes:

@@ -29,17 +29,19 @@ class Rules:
     wave_size: int
     lds_bytes: int
     allow: Mapping[str, bool]  # resource rules: scratch, vgpr_spill, sgpr_spill
+    linker: str | None = None  # the pinned linker's version: the object's .comment must name it
 
     @classmethod
-    def of(cls, op: Mapping[str, Any], target: Mapping[str, Any], group: str, allow: Mapping[str, bool]) -> Rules:
+    def of(cls, op: Mapping[str, Any], target: Mapping[str, Any], group: str, allow: Mapping[str, bool],
+           linker: str | None = None) -> Rules:
         """From the values a row's inputs record: `op` as the op's compile identity (name, symbols,
         require_instructions, group_symbols when a group declares its own kernels), `target` as the target's
-        fields, the row's group and its resource rules."""
+        fields, the row's group and its resource rules, and the toolchain pin's linker version."""
         symbols = op.get("group_symbols", {}).get(group, op["symbols"])
         return cls(op=op["name"], symbols=tuple(symbols), require_instructions=tuple(op["require_instructions"]),
                    target=target["name"], elf_machine=target["elf_machine"],
                    generic_version=target["generic_version"], wave_size=target["wave_size"],
-                   lds_bytes=target["lds_bytes"], allow=dict(allow))
+                   lds_bytes=target["lds_bytes"], allow=dict(allow), linker=linker)
 
 
 def target_processor(amdhsa_target: str) -> str:
@@ -103,6 +105,10 @@ def problems(co: CodeObject, rules: Rules, functions: dict[str, dict[str, int]])
                          f"op {rules.op} requires them (require_instructions)")
     if co.e_machine != EM_AMDGPU or co.os_abi != ELFOSABI_AMDGPU_HSA:
         found.append(f"not an AMDGPU HSA object (e_machine {co.e_machine}, OS/ABI {co.os_abi})")
+    # The linker writes its identity into .comment: an object another linker linked is not the pin's build,
+    # whatever its worker reported (a warm server started for one linker once linked for another).
+    if rules.linker is not None and f"Linker: {rules.linker}" not in co.comment.splitlines():
+        found.append(f"linked by {co.comment!r} (.comment), the pinned linker is {rules.linker!r}")
     if target_processor(co.amdhsa_target) != rules.target:
         found.append(f"amdhsa.target is {co.amdhsa_target!r}, expected one for {rules.target}")
     if co.mach != rules.elf_machine:

@@ -190,10 +190,12 @@ class WarmServer:
         self.zygote: Zygote | None = None
 
     def get(self, linker: LinkerPin | None) -> tuple[Zygote, float]:
-        """The zygote, started if needed; and the seconds spent starting it now (0 when warm)."""
-        if self.zygote is None or not self.zygote.alive():
+        """The zygote for `linker`, started if needed; and the seconds spent starting it now (0 when warm). Its
+        codegen server links with the linker it started with: a row pinning another one gets a new zygote (a
+        standing cluster serves builds of different pins)."""
+        if self.zygote is None or not self.zygote.alive() or self.zygote.linker != linker:
             if self.zygote is not None:
-                self.zygote.stop()  # a half-dead pair (one server gone, or its socket deleted): replace both
+                self.zygote.stop()  # a half-dead pair (one server gone, or its socket deleted), or another linker
             self.zygote = Zygote(linker)
             return self.zygote, self.zygote.warmup_seconds
         return self.zygote, 0.0
