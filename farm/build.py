@@ -641,7 +641,7 @@ def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryW
             with BuildProgress([d.row.key for d in order], slots, sys.stderr) as progress:
                 try:
                     # A long build keeps the standing cluster's idle clock from running out under it.
-                    heartbeat = (lambda: mark_used(cfg.root)) if standing else (lambda: None)
+                    heartbeat = (lambda: mark_used(cfg.cluster_root)) if standing else (lambda: None)
                     built = _collect(cfg, progress.watch(pool), rows, Tree.of(sources), writer, report["rows"],
                                      failures, progress, heartbeat, gather_s)
                 finally:
@@ -649,7 +649,7 @@ def _compile_and_write(cfg: FarmConfig, todo: list[Decision], writer: DirectoryW
                         writer.flush()
         driver_cost.daemon_cpu(pool.daemon_cpu_seconds)
     if standing:
-        done(cfg.root)  # the idle clock starts when the build ends; it may be replaced now
+        done(cfg.cluster_root)  # the idle clock starts when the build ends; it may be replaced now
     return built
 
 

@@ -95,23 +95,55 @@ def shrink_rmsnorm(project: Path) -> None:
 SHARED_RAY: list[str] = []
 
 
+class SharedStanding:
+    """The session's standing cluster for builds (one per test worker): a project of its own whose daemon keeps
+    two warm compilers between the tests' builds, started by `farm cluster up` on the first build that needs it.
+    A build sent there (`executor.standing_root`) costs ~3 CPU s for one row on this kind of machine, against
+    ~10 on the shared Ray cluster, where each build starts its own actors and their warm servers."""
+
+    def __init__(self) -> None:
+        self.base: Path | None = None  # set by the session fixture: where the project goes
+        self.root: Path | None = None  # the project, once its cluster was started
+
+    def root_for_builds(self) -> Path:
+        if self.root is None:
+            assert self.base is not None, "the shared_standing fixture sets the base directory"
+            root = copy_project(self.base)
+            run_farm(root, "cluster", "up", "executor.standing_idle_minutes=600", check=True)
+            self.root = root
+        return self.root
+
+
+SHARED_STANDING = SharedStanding()
+
+
 def on_shared_cluster(project: Path, args: tuple[str, ...], env: dict[str, str] | None,
                       driver_env: bool = False) -> tuple[str, ...]:
     """A `farm build` or `farm audit` that says nothing of its executor and runs in the session's environment
-    compiles on the session's shared Ray cluster (executor=cluster): what it tests is not how a build starts
-    its own cluster, and starting one costs ~5 s of Ray start and stop per build. Tests of the private and
-    standing clusters name an executor setting or their own environment, and keep theirs (so does the audit
-    test whose varied conditions must reach private workers: it passes an environment); so does a project
-    where a standing cluster was ever started (its builds are to use it). `driver_env`: the test's
-    environment is for the command's own process only (say, its private files), not for the compilers."""
+    compiles on the session's clusters: a build on its standing cluster (`SharedStanding`: warm compilers kept
+    between builds), an audit (whose rebuild takes private workers) on its shared Ray cluster (executor=cluster).
+    What such a test tests is not how a build starts its own cluster, and starting one costs ~5 s of Ray start
+    and stop per build. Tests of the private and standing clusters name an executor setting or their own
+    environment, and keep theirs (so does the audit test whose varied conditions must reach private workers: it
+    passes an environment); so does a project where a standing cluster was ever started (its builds are to use
+    it). `driver_env`: the test's environment is for the command's own process only (say, its private files),
+    not for the compilers."""
     if (SHARED_RAY and args and args[0] in ("build", "audit") and (env is None or driver_env)
             and not (project / ".farm" / "cluster").exists()
             and not any(a.startswith(("executor", "--help", "-h")) for a in args)):
-        token = Path.home() / ".ray" / "auth_token"  # where `ray start` keeps the cluster's token
-        # The audit's rebuild runs with another HOME: it is told where the token is.
-        told = (f"executor.auth_token_path={token}",) if args[0] == "audit" and token.is_file() else ()
-        return (*args, "executor=cluster", f"executor.address={SHARED_RAY[0]}", *told)
+        if args[0] == "build":
+            return (*args, f"executor.standing_root={SHARED_STANDING.root_for_builds()}")
+        return (*args, *on_shared_ray())
     return args
+
+
+def on_shared_ray() -> tuple[str, ...]:
+    """The overrides that send a build or audit to the session's shared Ray cluster, where each command starts
+    compile actors of its own (a build's report then shows every worker's warm-up, as on a private cluster)."""
+    token = Path.home() / ".ray" / "auth_token"  # where `ray start` keeps the cluster's token
+    # An audit's rebuild runs with another HOME: it is told where the token is.
+    told = (f"executor.auth_token_path={token}",) if token.is_file() else ()
+    return ("executor=cluster", f"executor.address={SHARED_RAY[0]}", *told)
 
 
 # Verbs that read and write only files and start no compiler, worker, daemon or cluster: `run_farm` calls them
@@ -311,6 +343,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_standing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedStanding]:
+    """The session's standing cluster for builds (see SharedStanding), stopped with the session."""
+    SHARED_STANDING.base = tmp_path_factory.mktemp("hub")
+    try:
+        yield SHARED_STANDING
+    finally:
+        if SHARED_STANDING.root is not None:
+            stop_cluster(SHARED_STANDING.root)
+        SHARED_STANDING.base = SHARED_STANDING.root = None
+
+
 @pytest.fixture(scope="session")
 def small_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A project with the small rmsnorm table expanded (no objects yet)."""
@@ -325,14 +369,16 @@ def built(small_project: Path, tmp_path_factory: pytest.TempPathFactory, worker_
     first worker to get here builds and leaves its outputs/ and build reports beside the workers' temporary
     directories; the others copy them into their own project (the same bytes a build of theirs would write:
     tests/test_audit.py shows a rebuild anywhere is identical), so the small tree compiles once a session."""
+    # On fresh compile actors, not the warm standing cluster: tests/test_build.py reads each worker's warm-up
+    # in this build's report.
     if worker_id == "master":
-        run_farm(small_project, "build", check=True)
+        run_farm(small_project, "build", *on_shared_ray(), check=True)
         return small_project
     shared = tmp_path_factory.getbasetemp().parent / "built"
     with open(f"{shared}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not (shared / "done").exists():
-            run_farm(small_project, "build", check=True)
+            run_farm(small_project, "build", *on_shared_ray(), check=True)
             for name in ("outputs", ".farm/reports"):
                 shutil.copytree(small_project / name, shared / name, symlinks=True)
             (shared / "done").touch()

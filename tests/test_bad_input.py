@@ -239,6 +239,9 @@ def test_selection_emptied_by_a_group_target_limit_fails(tmp_path: Path) -> None
     ("executor.max_retries=-1", "executor.max_retries=-1 is not a whole number of 0 or more"),
     ("executor.standing_idle_minutes=0", "executor.standing_idle_minutes=0 is not a positive number"),
     ("executor.warm=yes", "executor.warm='yes' is not true or false"),
+    ("executor.standing_root=/no/such/farm", "executor.standing_root=/no/such/farm is not a farm project (no "
+                                             "conf/config.yaml in /no/such/farm)"),
+    ("executor.standing_root=", "executor.standing_root='' is not a directory path"),
     ("row_order=sideways", "row_order='sideways'; accepted: sorted, reversed"),
     ("audit.vary.umask=maybe", "audit.vary.umask='maybe' is not true or false"),
     ("+audit.vary.umaks=false", "did you mean 'audit.vary.umask'?"),
@@ -250,13 +253,15 @@ def test_executor_and_audit_values_are_validated(small_project: Path, override: 
 def test_valid_values_are_still_accepted(small_project: Path) -> None:
     """Valid values of the keys refused above are taken as given, and the command goes on as without them."""
     valid = ["executor.num_cpus=1", "executor.max_retries=0", "audit.sample=null",
-             "executor.standing_idle_minutes=0.5", "audit.vary.umask=false", "row_order=reversed"]
+             "executor.standing_idle_minutes=0.5", "audit.vary.umask=false", "row_order=reversed",
+             "executor.standing_root=."]
     plain = run_farm(small_project, "plan")
     proc = run_farm(small_project, "plan", *valid)
     assert (proc.returncode, proc.stderr, proc.stdout) == (0, "", plain.stdout)
     cfg = config_mod.load(small_project, valid)
     executor = cfg.executor
     assert (executor["num_cpus"], executor["max_retries"], executor["standing_idle_minutes"]) == (1, 0, 0.5)
+    assert cfg.cluster_root == small_project.resolve()  # this project's own standing cluster, named by path
     audit = cfg.extra["audit"]
     assert audit["sample"] is None and audit["vary"]["umask"] is False
     assert sum(audit["vary"].values()) == len(audit["vary"]) - 1  # only umask turned off

@@ -25,13 +25,13 @@ def cmd_cluster(inv: Invocation) -> int:
     action = actions[0]
     if action == "up":
         num_cpus = standing.num_cpus(cfg.executor) or os.cpu_count() or 1  # a bad value: its own error
-        state = standing.up(cfg.root, num_cpus, float(cfg.executor.get("standing_idle_minutes") or 30))
+        state = standing.up(cfg.cluster_root, num_cpus, float(cfg.executor.get("standing_idle_minutes") or 30))
         print(f"standing cluster up at {state['address']}: {state['num_cpus']} warm compilers, daemon pid "
               f"{state['pid']}; builds use it until `farm cluster down` or "
               f"{state['idle_s'] / 60:.0f} minutes without a build")
     elif action == "down":
-        lost = standing.stray(cfg.root)
-        if not standing.down(cfg.root):
+        lost = standing.stray(cfg.cluster_root)
+        if not standing.down(cfg.cluster_root):
             print("no standing cluster was up")
         elif lost is not None:
             print(f"standing cluster stopped: daemon pid {lost.process.pid}, found by its lock (its state file "
@@ -39,7 +39,7 @@ def cmd_cluster(inv: Invocation) -> int:
         else:
             print("standing cluster stopped")
     else:
-        print(_status(cfg.root))
+        print(_status(cfg.cluster_root))
     return 0
 
 

@@ -104,9 +104,9 @@ def _who(state: StandingState) -> str:
 
 def say_stale(cfg: Any, state: StandingState) -> None:
     """The one line of a build that does not use a daemon of older farm code (unless already said)."""
-    if cfg.root in _said_stale:
+    if cfg.cluster_root in _said_stale:
         return
-    _said_stale.add(cfg.root)
+    _said_stale.add(cfg.cluster_root)
     why = off_reason(cfg)
     log.warning("the standing cluster%s runs older farm code; this build starts a private cluster (%s)", _who(state),
                 f"{why}: not replaced; farm cluster down && farm cluster up refreshes it" if why
@@ -117,18 +117,18 @@ def begin(cfg: Any) -> None:
     """Start the daemon now unless auto-start is off or one is up or starting; returns at once. One of
     older farm code is replaced if no build uses it. A daemon that cannot even be launched is said in
     one line; the build then uses a private cluster."""
-    if off_reason(cfg) or cfg.root in _started or cfg.root in _failed:
+    if off_reason(cfg) or cfg.cluster_root in _started or cfg.cluster_root in _failed:
         return
-    state = running(cfg.root)
+    state = running(cfg.cluster_root)
     if state is not None:
-        if cfg.root not in _judged and stale(state):
-            _judged.add(cfg.root)
+        if cfg.cluster_root not in _judged and stale(state):
+            _judged.add(cfg.cluster_root)
             _replace(cfg, state)
         return
-    lost = stray(cfg.root)
+    lost = stray(cfg.cluster_root)
     if lost is not None:
-        if cfg.root not in _judged:
-            _judged.add(cfg.root)
+        if cfg.cluster_root not in _judged:
+            _judged.add(cfg.cluster_root)
             _replace_stray(cfg, lost)
         return
     _spawn(cfg, None)
@@ -138,14 +138,14 @@ def _spawn(cfg: Any, replaced: str | None) -> None:
     """Launch the daemon (`replaced`: the old one it replaces, said in the same line)."""
     cpus = num_cpus(cfg.executor) or os.cpu_count() or 1
     try:
-        started = spawn(cfg.root, cpus, idle_minutes(cfg))
+        started = spawn(cfg.cluster_root, cpus, idle_minutes(cfg))
     except (OSError, FarmError) as exc:
-        _failed.add(cfg.root)
+        _failed.add(cfg.cluster_root)
         log.warning("could not start a standing cluster (%s); this build uses a private cluster", exc)
         return
     if started is None:
         return  # another command is starting one (or just did): `wait` uses it
-    _started[cfg.root] = started
+    _started[cfg.cluster_root] = started
     minutes = f"{started.idle_minutes:g}"
     what = "started a standing cluster" if replaced is None else f"replaced {replaced}: started a new one"
     log.warning("%s with %d warm compilers for this and later builds; it stops itself after %s idle minutes "
@@ -154,7 +154,7 @@ def _spawn(cfg: Any, replaced: str | None) -> None:
 
 def _replace(cfg: Any, state: StandingState) -> None:
     """Stop a daemon of older farm code and start a new one, only while no build uses it."""
-    root = cfg.root
+    root = cfg.cluster_root
     if standing_use.being_replaced(root):  # another build of this code is at it: use its new daemon
         standing_use.wait_replaced(root, WAIT_S)
         return
@@ -181,7 +181,7 @@ def _replace(cfg: Any, state: StandingState) -> None:
 def _replace_stray(cfg: Any, lost: Stray) -> None:
     """Stop a daemon whose state file is damaged and start a new one, only while no build uses it; else say
     why this build uses a private cluster."""
-    root = cfg.root
+    root = cfg.cluster_root
     if not standing_use.take_exclusive(root):
         _failed.add(root)
         log.warning("%s, and another build is using it; this build starts a private cluster (farm cluster down "
@@ -207,11 +207,11 @@ def wait(cfg: Any) -> StandingState | None:
     if off_reason(cfg):
         return None
     begin(cfg)  # a caller that did not begin early starts it here
-    started = _started.get(cfg.root)
-    if started is None and (cfg.root in _failed or not starting(cfg.root)):
-        return running(cfg.root)
+    started = _started.get(cfg.cluster_root)
+    if started is None and (cfg.cluster_root in _failed or not starting(cfg.cluster_root)):
+        return running(cfg.cluster_root)
     try:
-        return wait_up(cfg.root, started, WAIT_S)
+        return wait_up(cfg.cluster_root, started, WAIT_S)
     except FarmError as exc:
         log.warning("the standing cluster did not come up (%s; %s); this build starts a private cluster",
                     exc.what, exc.fix)

@@ -36,10 +36,10 @@ def for_build(cfg: Any) -> StandingState | None:
         return None
     wanted = num_cpus(cfg.executor)  # a bad value is named here, before anything starts
     heartbeat_timeout_s()  # and a bad FARM_HEARTBEAT_TIMEOUT_S
-    state = running(cfg.root)
+    state = running(cfg.cluster_root)
     if not autostart.off_reason(cfg) and (state is None or autostart.stale(state)):
         state = autostart.wait(cfg)
-    elif state is None and (lost := stray(cfg.root)) is not None:
+    elif state is None and (lost := stray(cfg.cluster_root)) is not None:
         log.warning("%s; this build starts a private cluster (farm cluster down stops that daemon)", lost.said)
     if not state:
         return None
@@ -55,11 +55,11 @@ def for_build(cfg: Any) -> StandingState | None:
         log.warning("executor.num_cpus=%s but the standing cluster has %s compilers; this build starts a "
                     "private cluster", wanted, state["num_cpus"])
         return None
-    if not standing_use.hold(cfg.root, state):
+    if not standing_use.hold(cfg.cluster_root, state):
         log.warning("another build is replacing the standing cluster at %s; this build starts a private cluster",
                     state["address"])
         return None
-    mark_used(cfg.root)
+    mark_used(cfg.cluster_root)
     log.info("using the standing cluster at %s (%s warm compilers; farm cluster down stops it)",
              state["address"], state["num_cpus"])
     return state

@@ -28,6 +28,7 @@ from farm.table.values import (
     absolute,
     audit_settings,
     cache_settings,
+    cluster_root,
     compile_timeout,
     executor_settings,
     from_cwd,
@@ -67,6 +68,7 @@ class FarmConfig:
     kernels_dir: Path
     report_dir: Path
     compile_timeout_s: float
+    cluster_root: Path  # the project whose standing cluster this command uses (executor.standing_root, else root)
     extra: ConfigFile = field(default_factory=ConfigFile)  # the remaining top-level options (audit, remote, ...)
 
 
@@ -233,5 +235,6 @@ def load(root: Path, overrides: list[str]) -> FarmConfig:
         kernels_dir=paths["kernels_dir"],
         report_dir=paths["report_dir"],
         compile_timeout_s=compile_timeout_s,
+        cluster_root=cluster_root(root, executor),
         extra={k: v for k, v in raw.items() if k not in taken},  # type: ignore[typeddict-item]
     )

@@ -86,6 +86,7 @@ class ExecutorSettings(TypedDict, total=False):
     standing: bool
     standing_idle_minutes: float
     auto_start: bool  # executor=local: a build with no standing cluster up starts one (off when CI=true)
+    standing_root: str | None  # executor=local: the project whose standing cluster to use (None: this one)
     warm: bool
     auth_token_path: str | None  # executor=cluster: the cluster's Ray auth token (default: Ray's own places)
 

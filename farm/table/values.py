@@ -289,7 +289,27 @@ def executor_settings(executor: dict[str, Any]) -> ExecutorSettings:
     for key in ("warm", "standing", "auto_start"):
         if key in executor and not isinstance(executor[key], bool):
             raise FarmError(f"executor.{key}={shown(executor[key])} is not true or false", f"e.g. executor.{key}=false")
+    standing_root = executor.get("standing_root")
+    if standing_root is not None and (not isinstance(standing_root, str) or not standing_root.strip()):
+        raise FarmError(f"executor.standing_root={shown(standing_root)} is not a directory path",
+                        "point it at the farm checkout whose standing cluster to share, or null for this project")
     return executor  # type: ignore[return-value]  # keys checked against the schema
+
+
+def cluster_root(root: Path, executor: ExecutorSettings) -> Path:
+    """The project whose standing cluster (its .farm/cluster/) this command uses, starts and stops:
+    executor.standing_root, else this project. Another checkout's cluster serves this one's builds only while
+    both run the same farm code (the build checks, as for its own); its rows carry their own sources and pin."""
+    value = executor.get("standing_root")
+    if value is None:
+        return root
+    path = absolute(root, value)
+    require_short_path("executor.standing_root", path)
+    path = path.resolve()
+    if not (path / "conf" / "config.yaml").is_file():
+        raise FarmError(f"executor.standing_root={value} is not a farm project (no conf/config.yaml in {path})",
+                        "point it at the farm checkout whose standing cluster to share, or null for this project")
+    return path
 
 
 def name_list(key: str, value: Any, example: str) -> list[str]:
