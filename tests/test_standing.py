@@ -69,6 +69,17 @@ def test_standing_cluster_serves_builds_warm_and_stops(built: Path, tmp_path: Pa
         assert _pid(row["worker"]) == actor and row["warmup_seconds"] == 0
         assert (ours / objects[0]).read_bytes() == (theirs / objects[0]).read_bytes()
 
+        # Another checkout shares this cluster by naming it (executor.standing_root), and starts none of its own.
+        other_checkout = small_copy(tmp_path / "other")
+        run_farm(other_checkout, "expand", check=True)
+        shared = run_farm(other_checkout, "build", f"targets=[{TARGET}]", f"names=[{objects[0][:-len('.hsaco')]}]",
+                          f"executor.standing_root={project}", check=True)
+        assert "rows go through the daemon's build socket" in shared.stderr
+        [row] = _report(other_checkout)["rows"]
+        assert _pid(row["worker"]) == actor and not (other_checkout / ".farm" / "cluster").exists()
+        assert (other_checkout / "outputs" / "rmsnorm" / TARGET / objects[0]).read_bytes() == (
+            theirs / objects[0]).read_bytes()
+
         # A relayed build whose toolchain is not the pinned one: its rows go to the daemon while the toolchain
         # check runs beside them (farm/toolchain/beside.py), and the check still fails the build, nothing written.
         pin = project / "conf" / "toolchain" / "pinned.yaml"
