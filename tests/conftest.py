@@ -119,21 +119,22 @@ SHARED_STANDING = SharedStanding()
 
 def on_shared_cluster(project: Path, args: tuple[str, ...], env: dict[str, str] | None,
                       driver_env: bool = False) -> tuple[str, ...]:
-    """A `farm build` or `farm audit` that says nothing of its executor and runs in the session's environment
-    compiles on the session's clusters: a build on its standing cluster (`SharedStanding`: warm compilers kept
-    between builds), an audit (whose rebuild takes private workers) on its shared Ray cluster (executor=cluster).
+    """A `farm build`, `farm audit` or `farm emulate` that says nothing of its executor and runs in the session's
+    environment runs on the session's clusters: a build on its standing cluster (`SharedStanding`: warm
+    compilers kept between builds), an audit (whose rebuild takes private workers) and emulate's tasks on its
+    shared Ray cluster (executor=cluster).
     What such a test tests is not how a build starts its own cluster, and starting one costs ~5 s of Ray start
     and stop per build. Tests of the private and standing clusters name an executor setting or their own
     environment, and keep theirs (so does the audit test whose varied conditions must reach private workers: it
     passes an environment); so does a project where a standing cluster was ever started (its builds are to use
     it). `driver_env`: the test's environment is for the command's own process only (say, its private files),
     not for the compilers."""
-    if (SHARED_RAY and args and args[0] in ("build", "audit") and (env is None or driver_env)
+    if (SHARED_RAY and args and args[0] in ("build", "audit", "emulate") and (env is None or driver_env)
             and not (project / ".farm" / "cluster").exists()
             and not any(a.startswith(("executor", "--help", "-h")) for a in args)):
         if args[0] == "build":
             return (*args, f"executor.standing_root={SHARED_STANDING.root_for_builds()}")
-        return (*args, *on_shared_ray())
+        return (*args, *on_shared_ray())  # an audit's rebuild, or `farm emulate`'s tasks
     return args
 
 
@@ -151,7 +152,7 @@ def on_shared_ray() -> tuple[str, ...]:
 # calls a session). A test whose subject is the process itself (its exit, its signals, an interpreter
 # setting) passes `process=True`; an environment naming PYTHON* settings always gets a process.
 # FARM_TEST_SUBPROCESS=1 runs every command in a process of its own (how the suite ran before).
-IN_PROCESS_VERBS = frozenset({"check", "plan", "expand", "status", "golden", "diff"})
+IN_PROCESS_VERBS = frozenset({"check", "plan", "expand", "status", "golden", "diff", "vendor"})
 
 
 def _clear_farm_caches() -> None:
