@@ -139,8 +139,9 @@ def on_shared_cluster(project: Path, args: tuple[str, ...], env: dict[str, str] 
 
 
 def on_shared_ray() -> tuple[str, ...]:
-    """The overrides that send a build or audit to the session's shared Ray cluster, where each command starts
-    compile actors of its own (a build's report then shows every worker's warm-up, as on a private cluster)."""
+    """The overrides that send a build, an audit or `farm emulate` to the session's shared Ray cluster, where each
+    command starts workers of its own (a build's report then shows every worker's warm-up, as on a private
+    cluster)."""
     token = Path.home() / ".ray" / "auth_token"  # where `ray start` keeps the cluster's token
     # An audit's rebuild runs with another HOME: it is told where the token is.
     told = (f"executor.auth_token_path={token}",) if token.is_file() else ()
