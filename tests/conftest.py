@@ -148,7 +148,8 @@ def on_shared_ray() -> tuple[str, ...]:
     return ("executor=cluster", f"executor.address={SHARED_RAY[0]}", *told)
 
 
-# Verbs that read and write only files and start no compiler, worker, daemon or cluster: `run_farm` calls them
+# Verbs that read and write only files (vendor also runs `ruff format`) and start no compiler, worker, daemon or
+# cluster: `run_farm` calls them
 # in this process (an interpreter's start and the farm's imports cost ~0.5 s of CPU a call, a few hundred
 # calls a session). A test whose subject is the process itself (its exit, its signals, an interpreter
 # setting) passes `process=True`; an environment naming PYTHON* settings always gets a process.
