@@ -149,10 +149,9 @@ def on_shared_ray() -> tuple[str, ...]:
 
 
 # Verbs that read and write only files (vendor also runs `ruff format`) and start no compiler, worker, daemon or
-# cluster: `run_farm` calls them
-# in this process (an interpreter's start and the farm's imports cost ~0.5 s of CPU a call, a few hundred
-# calls a session). A test whose subject is the process itself (its exit, its signals, an interpreter
-# setting) passes `process=True`; an environment naming PYTHON* settings always gets a process.
+# cluster: `run_farm` calls them in this process (an interpreter's start and the farm's imports cost ~0.5 s of
+# CPU a call, a few hundred calls a session). A test whose subject is the process itself (its exit, its signals,
+# an interpreter setting) passes `process=True`; an environment naming PYTHON* settings always gets a process.
 # FARM_TEST_SUBPROCESS=1 runs every command in a process of its own (how the suite ran before).
 IN_PROCESS_VERBS = frozenset({"check", "plan", "expand", "status", "golden", "diff", "vendor"})
 
