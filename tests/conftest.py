@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shlex
 import shutil
@@ -15,6 +16,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -91,30 +93,70 @@ def shrink_rmsnorm(project: Path) -> None:
     shrink_op(project, "rmsnorm", SMALL_RMSNORM_GROUPS)
 
 
-# The address of the session's shared Ray cluster (the `shared_ray` fixture), once it is up.
+# The address of the session's shared Ray cluster (`SessionClusters`), once this worker joined the session.
 SHARED_RAY: list[str] = []
 
 
-class SharedStanding:
-    """The session's standing cluster for builds (one per test worker): a project of its own whose daemon keeps
-    two warm compilers between the tests' builds, started by `farm cluster up` on the first build that needs it.
-    A build sent there (`executor.standing_root`) costs ~3 CPU s for one row on this kind of machine, against
-    ~10 on the shared Ray cluster, where each build starts its own actors and their warm servers."""
+class SessionClusters:
+    """The session's two clusters, shared by all its test workers (pytest-xdist):
+    - one Ray cluster on loopback, for audits' rebuilds, `farm emulate`'s tasks and the small tree's build;
+    - one standing cluster for builds: a project of its own whose daemon keeps warm compilers between the tests'
+      builds, started by `farm cluster up` on the first build that needs it. A build sent there
+      (`executor.standing_root`) costs ~3 CPU s for one row on this kind of machine, against ~10 on the Ray
+      cluster, where each build starts its own actors and their warm servers.
+    One of each per session, not per worker: each start costs some 10 CPU s, and each idle cluster ~3% of a core.
+    The workers meet in a directory of the session: a lock, and a JSON record of the clusters and of how many
+    workers use them. The last worker to leave stops both."""
 
     def __init__(self) -> None:
-        self.base: Path | None = None  # set by the session fixture: where the project goes
-        self.root: Path | None = None  # the project, once its cluster was started
+        self.meet: Path | None = None  # the session's meeting directory, while this worker is in the session
+        self.standing: Path | None = None  # the standing cluster's project, once this worker used it
+
+    @contextlib.contextmanager
+    def record(self) -> Iterator[dict[str, Any]]:
+        """The shared record, read and written back under the session's lock."""
+        assert self.meet is not None, "the session_clusters fixture sets the meeting directory"
+        path = self.meet / "clusters.json"
+        with open(self.meet / "clusters.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            record = json.loads(path.read_text()) if path.exists() else {}
+            yield record
+            path.write_text(json.dumps(record))
 
     def root_for_builds(self) -> Path:
-        if self.root is None:
-            assert self.base is not None, "the shared_standing fixture sets the base directory"
-            root = copy_project(self.base)
-            run_farm(root, "cluster", "up", "executor.standing_idle_minutes=600", check=True)
-            self.root = root
-        return self.root
+        if self.standing is None:
+            assert self.meet is not None, "the session_clusters fixture sets the meeting directory"
+            with self.record() as record:
+                if not record.get("standing"):
+                    root = copy_project(self.meet / "hub")
+                    run_farm(root, "cluster", "up", "executor.standing_idle_minutes=600", check=True)
+                    record["standing"] = str(root)
+                self.standing = Path(record["standing"])
+        return self.standing
+
+    def join(self, meet: Path) -> str:
+        """Count this worker in; start the Ray cluster if it is the first. Returns the cluster's address."""
+        self.meet = meet
+        with self.record() as record:
+            record["users"] = record.get("users", 0) + 1
+            if "ray" not in record:
+                record["ray"] = _start_ray()
+            return record["ray"]["address"]
+
+    def leave(self, failed: bool) -> None:
+        """Count this worker out; the last one stops both clusters (keeping Ray's logs when any worker failed)."""
+        with self.record() as record:
+            record["users"] -= 1
+            record["failed"] = record.get("failed", False) or failed
+            if record["users"] == 0:
+                if record.get("standing"):
+                    stop_cluster(Path(record["standing"]))
+                _stop_ray(record["ray"], keep_logs=record["failed"])
+                record.clear()
+        self.meet = self.standing = None
 
 
-SHARED_STANDING = SharedStanding()
+SESSION_CLUSTERS = SessionClusters()
 
 
 def on_shared_cluster(project: Path, args: tuple[str, ...], env: dict[str, str] | None,
@@ -133,7 +175,7 @@ def on_shared_cluster(project: Path, args: tuple[str, ...], env: dict[str, str] 
             and not (project / ".farm" / "cluster").exists()
             and not any(a.startswith(("executor", "--help", "-h")) for a in args)):
         if args[0] == "build":
-            return (*args, f"executor.standing_root={SHARED_STANDING.root_for_builds()}")
+            return (*args, f"executor.standing_root={SESSION_CLUSTERS.root_for_builds()}")
         return (*args, *on_shared_ray())  # an audit's rebuild, or `farm emulate`'s tasks
     return args
 
@@ -296,14 +338,25 @@ def ray_auth_left_as_found() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def shared_ray(request: pytest.FixtureRequest) -> Iterator[str]:
-    """One Ray cluster on loopback for the whole session (see on_shared_cluster), ended with the session.
-    `ray stop` would end every Ray process of this user, so the cluster is this `ray start`'s process tree."""
+def session_clusters(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                     worker_id: str) -> Iterator[str]:
+    """This worker's part in the session's clusters (see SessionClusters): the Ray cluster's address."""
+    base = tmp_path_factory.getbasetemp()
+    SHARED_RAY.append(SESSION_CLUSTERS.join(base if worker_id == "master" else base.parent))
+    try:
+        yield SHARED_RAY[0]
+    finally:
+        SHARED_RAY.clear()
+        SESSION_CLUSTERS.leave(failed=bool(request.session.testsfailed))
+
+
+def _start_ray() -> dict[str, Any]:
+    """`ray start --head` on loopback, detached (its parent, a shell, exits at once: tests that reap every
+    descendant of their process, tests/test_cluster.py, must not end it). `ray stop` would end every Ray process
+    of this user, so the cluster is stopped as this `ray start`'s process tree (`_stop_ray`)."""
     temp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths sit below it
     port = _free_port()
     env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")  # loopback only
-    # Detached (its parent, a shell, exits at once): tests that reap every descendant of this process
-    # (tests/test_cluster.py) must not end it.
     command = " ".join(shlex.quote(a) for a in [
         str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
         f"--port={port}", f"--num-cpus={os.cpu_count() or 1}", f"--temp-dir={temp}", "--disable-usage-stats",
@@ -311,21 +364,28 @@ def shared_ray(request: pytest.FixtureRequest) -> Iterator[str]:
     launched = subprocess.run(["sh", "-c", f"{command} >/dev/null 2>&1 </dev/null & echo $!"], env=env,
                               capture_output=True, text=True, check=True)
     head = psutil.Process(int(launched.stdout))
+    ray = {"address": f"127.0.0.1:{port}", "pid": head.pid, "started": head.create_time(), "temp": temp}
     try:
         _wait_for_port(port, head, 120)
-        SHARED_RAY.append(f"127.0.0.1:{port}")
-        yield SHARED_RAY[0]
-    finally:
-        SHARED_RAY.clear()
-        tree = [head, *head.children(recursive=True)] if head.is_running() else []
+    except RuntimeError:
+        _stop_ray(ray, keep_logs=True)
+        raise
+    return ray
+
+
+def _stop_ray(ray: dict[str, Any], keep_logs: bool) -> None:
+    """End the process tree `_start_ray` started (the same process: its start time is checked)."""
+    with contextlib.suppress(psutil.Error):
+        head = psutil.Process(ray["pid"])
+        tree = [head, *head.children(recursive=True)] if head.create_time() == ray["started"] else []
         for proc in tree:
             with contextlib.suppress(psutil.Error):
                 proc.kill()  # SIGTERM leaves most of Ray's processes up for more than 15 s
         psutil.wait_procs(tree, timeout=30)
-        if request.session.testsfailed:  # its logs say whether the cluster itself broke
-            sys.stderr.write(f"\nthe session's Ray cluster logs are kept in {temp}/session_latest/logs\n")
-        else:
-            shutil.rmtree(temp, ignore_errors=True)
+    if keep_logs:  # they say whether the cluster itself broke
+        sys.stderr.write(f"\nthe session's Ray cluster logs are kept in {ray['temp']}/session_latest/logs\n")
+    else:
+        shutil.rmtree(ray["temp"], ignore_errors=True)
 
 
 def _wait_for_port(port: int, head: psutil.Process, timeout_s: float) -> None:
@@ -343,18 +403,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-@pytest.fixture(scope="session", autouse=True)
-def shared_standing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedStanding]:
-    """The session's standing cluster for builds (see SharedStanding), stopped with the session."""
-    SHARED_STANDING.base = tmp_path_factory.mktemp("hub")
-    try:
-        yield SHARED_STANDING
-    finally:
-        if SHARED_STANDING.root is not None:
-            stop_cluster(SHARED_STANDING.root)
-        SHARED_STANDING.base = SHARED_STANDING.root = None
 
 
 @pytest.fixture(scope="session")
