@@ -194,7 +194,9 @@ def on_shared_ray() -> tuple[str, ...]:
 # cluster: `run_farm` calls them in this process (an interpreter's start and the farm's imports cost ~0.5 s of
 # CPU a call, a few hundred calls a session). A test whose subject is the process itself (its exit, its signals,
 # an interpreter setting) passes `process=True`; an environment naming PYTHON* settings always gets a process.
-# FARM_TEST_SUBPROCESS=1 runs every command in a process of its own (how the suite ran before).
+# A build sent to the session's standing cluster is one too: it relays its rows to the daemon's socket, so its own
+# process only reads, verifies and writes files (no Ray, no compiler). FARM_TEST_SUBPROCESS=1 runs every command in
+# a process of its own (how the suite ran before).
 IN_PROCESS_VERBS = frozenset({"check", "plan", "expand", "status", "golden", "diff", "vendor"})
 
 
@@ -215,14 +217,17 @@ def _run_in_process(args: tuple[str, ...], cwd: Path, env: dict[str, str]) -> su
     import traceback
     from contextlib import redirect_stderr, redirect_stdout
 
+    from farm import cli
     from farm.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    saved_env, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
     try:
         os.environ.clear()
         os.environ.update(env)
         os.chdir(cwd)
+        sys.argv = [str(Path(cli.__file__).with_name("__main__.py")), *args]  # as `python -m farm.cli` has it:
+        # reports and lock holders name the command from it
         tempfile.tempdir = None  # tempfile keeps the directory it found first: TMPDIR is read again
         _clear_farm_caches()
         with redirect_stdout(out), redirect_stderr(err):
@@ -237,6 +242,7 @@ def _run_in_process(args: tuple[str, ...], cwd: Path, env: dict[str, str]) -> su
         os.environ.clear()
         os.environ.update(saved_env)
         os.chdir(saved_cwd)
+        sys.argv = saved_argv
         tempfile.tempdir = None
     return subprocess.CompletedProcess([sys.executable, "-m", "farm.cli", *args], code, out.getvalue(),
                                        err.getvalue())
@@ -249,10 +255,12 @@ def run_farm(project: Path, *args: str, env: dict[str, str] | None = None, drive
     full_env.update(env or {})
     if cwd is not None and cwd != project:
         full_env["FARM_PROJECT"] = str(project)
-    args = on_shared_cluster(project, args, env, driver_env)
+    routed = on_shared_cluster(project, args, env, driver_env)
+    relayed_build = routed[:1] == ("build",) and routed != args
+    args = routed
     start = time.perf_counter()
-    if (not process and args and args[0] in IN_PROCESS_VERBS and not os.environ.get("FARM_TEST_SUBPROCESS")
-            and not any(key.startswith("PYTHON") for key in env or {})):
+    if (not process and args and (args[0] in IN_PROCESS_VERBS or relayed_build)
+            and not os.environ.get("FARM_TEST_SUBPROCESS") and not any(key.startswith("PYTHON") for key in env or {})):
         proc = _run_in_process(args, cwd or project, full_env)
     else:
         proc = subprocess.run([sys.executable, "-m", "farm.cli", *args], cwd=cwd or project, env=full_env,
