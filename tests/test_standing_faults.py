@@ -88,8 +88,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return project
 
 
-@pytest.fixture()
-def cluster(project: Path) -> Iterator[dict]:
+@contextlib.contextmanager
+def _standing_cluster(project: Path) -> Iterator[dict]:
     """A standing cluster with one warm compiler; stopped at the end by its recorded, verified pids."""
     run_farm(project, "cluster", "up", "executor.num_cpus=1", check=True)
     state = json.loads(_state_path(project).read_text())
@@ -98,6 +98,28 @@ def cluster(project: Path) -> Iterator[dict]:
     finally:
         standing.down(project, timeout_s=10)
         procs.end_processes([state["daemon"], *state["processes"]])
+
+
+@pytest.fixture()
+def cluster(project: Path) -> Iterator[dict]:
+    """A standing cluster of its own, for a test that kills or stops it for good."""
+    with _standing_cluster(project) as state:
+        yield state
+
+
+@pytest.fixture(scope="module")
+def kept_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    project = small_copy(tmp_path_factory.mktemp("kept"))
+    run_farm(project, "expand", check=True)
+    return project
+
+
+@pytest.fixture(scope="module")
+def kept_cluster(kept_project: Path) -> Iterator[dict]:
+    """One standing cluster for the tests that leave it working (a deleted shim, two builds at once, a daemon
+    stopped and let go on): each start costs a daemon, a Ray cluster and a warm compiler."""
+    with _standing_cluster(kept_project) as state:
+        yield state
 
 
 @pytest.mark.slow
@@ -184,18 +206,19 @@ def _zygote_homes(state: dict) -> list[Path]:
 
 @pytest.mark.slow
 @pytest.mark.cluster
-def test_lost_linker_shim_in_the_standing_cluster_is_recreated(project: Path, cluster: dict, tmp_path: Path) -> None:
+def test_lost_linker_shim_in_the_standing_cluster_is_recreated(kept_project: Path, kept_cluster: dict,
+                                                               tmp_path: Path) -> None:
     """Case 8: a temp cleaner deleting the warm server's `ld.lld` shim failed every build until down/up.
     Also case 14: the cluster's Ray and zygote homes live in the per-user private temp directory."""
-    homes = _zygote_homes(cluster)
+    homes = _zygote_homes(kept_cluster)
     assert len(homes) == 1 and homes[0].parent == short_private_dir("zygotes")
     private_root = Path(local.ray_temp_dir()).parent
     assert stat.S_IMODE(private_root.stat().st_mode) == 0o700 and private_root.stat().st_uid == os.getuid()
-    gcs = [p for p in cluster["ray_core"] if Path(p["cmdline"][0]).name == "gcs_server"]
+    gcs = [p for p in kept_cluster["ray_core"] if Path(p["cmdline"][0]).name == "gcs_server"]
     assert gcs and any(arg.startswith(f"--log_dir={local.ray_temp_dir()}/session_") for arg in gcs[0]["cmdline"])
 
     out = tmp_path / "out"
-    first = _bounded(project, "build", f"targets=[{TARGET}]", ROW, f"outputs_dir={out}")
+    first = _bounded(kept_project, "build", f"targets=[{TARGET}]", ROW, f"outputs_dir={out}")
     assert first.returncode == 0 and "using the standing cluster" in first.stderr, first.stderr
     shim = homes[0] / "rocm" / "llvm" / "bin" / "ld.lld"
     assert shim.is_file()
@@ -203,7 +226,7 @@ def test_lost_linker_shim_in_the_standing_cluster_is_recreated(project: Path, cl
     [obj] = list((out / "rmsnorm" / TARGET).glob("*.hsaco"))
     before = obj.read_bytes()
     obj.unlink()
-    second = _bounded(project, "build", f"targets=[{TARGET}]", ROW, f"outputs_dir={out}")
+    second = _bounded(kept_project, "build", f"targets=[{TARGET}]", ROW, f"outputs_dir={out}")
     assert second.returncode == 0, second.stderr
     assert "using the standing cluster" in second.stderr and "built 1, failed 0" in second.stderr
     assert obj.read_bytes() == before and shim.is_file()
@@ -222,11 +245,11 @@ def _objects(out: Path) -> dict[str, bytes]:
 
 @pytest.mark.slow
 @pytest.mark.cluster
-def test_two_relayed_builds_at_once_share_the_daemon(project: Path, cluster: dict, tmp_path: Path) -> None:
+def test_two_relayed_builds_at_once_share_the_daemon(kept_project: Path, kept_cluster: dict, tmp_path: Path) -> None:
     """Two builds at once, each relaying its rows through the daemon's socket to its one compiler: both
     finish, neither waits for the other's output tree, and their objects are the same bytes."""
     outs = [tmp_path / "one", tmp_path / "two"]
-    builds = [_popen(project, "build", f"targets=[{TARGET}]", f"outputs_dir={out}") for out in outs]
+    builds = [_popen(kept_project, "build", f"targets=[{TARGET}]", f"outputs_dir={out}") for out in outs]
     said = [b.communicate(timeout=600) for b in builds]
     for build, (_, err) in zip(builds, said, strict=True):
         assert build.returncode == 0, err
@@ -237,19 +260,19 @@ def test_two_relayed_builds_at_once_share_the_daemon(project: Path, cluster: dic
 
 @pytest.mark.slow
 @pytest.mark.cluster
-def test_a_daemon_that_stopped_answering_leaves_the_build_to_join_ray(project: Path, cluster: dict,
+def test_a_daemon_that_stopped_answering_leaves_the_build_to_join_ray(kept_project: Path, kept_cluster: dict,
                                                                       tmp_path: Path) -> None:
     """A daemon stopped by SIGSTOP accepts no build: the build gives up on its socket within seconds and
     joins the cluster's Ray itself (whose actors still run), instead of hanging."""
-    daemon = psutil.Process(cluster["pid"])
+    daemon = psutil.Process(kept_cluster["pid"])
     daemon.suspend()
     try:
-        build = _bounded(project, "build", f"targets=[{TARGET}]", ROW, f"outputs_dir={tmp_path / 'out'}",
+        build = _bounded(kept_project, "build", f"targets=[{TARGET}]", ROW, f"outputs_dir={tmp_path / 'out'}",
                          limit_s=240)
     finally:
         daemon.resume()
     assert build.returncode == 0, build.stderr
-    assert f"build socket {cluster['relay']} does not answer" in build.stderr
+    assert f"build socket {kept_cluster['relay']} does not answer" in build.stderr
     assert "joins its Ray cluster directly" in build.stderr and "built 1, failed 0" in build.stderr
 
 
