@@ -104,7 +104,8 @@ class SessionClusters:
       builds, started by `farm cluster up` on the first build that needs it. A build sent there
       (`executor.standing_root`) costs ~3 CPU s for one row on this kind of machine, against ~10 on the Ray
       cluster, where each build starts its own actors and their warm servers.
-    One of each per session, not per worker: each start costs some 10 CPU s, and each idle cluster ~3% of a core.
+    One of each per session, not per worker: each start costs some 10 CPU s, and idle a standing cluster costs ~6%
+    of a core, a Ray head ~3%.
     The workers meet in a directory of the session: a lock, and a JSON record of the clusters and of how many
     workers use them. The last worker to leave stops both."""
 
