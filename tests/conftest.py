@@ -323,6 +323,13 @@ def small_copy(dest: Path) -> Path:
     return project
 
 
+def small_expanded_copy(dest: Path) -> Path:
+    """`small_copy` with its table expanded."""
+    project = small_copy(dest)
+    run_farm(project, "expand", check=True)
+    return project
+
+
 def small_one_target_copy(dest: Path, target: str) -> Path:
     """`small_copy` selecting one target, with its table expanded (the cluster tests' project)."""
     project = small_copy(dest)
@@ -417,9 +424,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def small_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A project with the small rmsnorm table expanded (no objects yet)."""
-    project = small_copy(tmp_path_factory.mktemp("small"))
-    run_farm(project, "expand", check=True)
-    return project
+    return small_expanded_copy(tmp_path_factory.mktemp("small"))
 
 
 @pytest.fixture(scope="session")

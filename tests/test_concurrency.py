@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SMALL_ROWS_PER_TARGET, built_copy, run_farm, small_copy
+from conftest import SMALL_ROWS_PER_TARGET, built_copy, run_farm, small_expanded_copy
 
 from farm.store.lock import tree_lock
 
@@ -33,8 +33,7 @@ def _entries(project: Path, target: str) -> list[str]:
 def test_two_builds_at_once_on_overlapping_selections_lose_no_entry(tmp_path: Path) -> None:
     """Two real `farm build` processes, started together, overlapping on gfx942: every entry and object of
     all three targets is there after both, and the tree checks clean."""
-    project = small_copy(tmp_path / "p")
-    run_farm(project, "expand", check=True)
+    project = small_expanded_copy(tmp_path / "p")
     first = _farm(project, "build", "targets=[gfx90a,gfx942]", "executor.num_cpus=1")
     second = _farm(project, "build", "targets=[gfx942,gfx950]", "executor.num_cpus=1")
     out1, err1 = first.communicate(timeout=900)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_farm, small_copy
+from conftest import run_farm, small_expanded_copy
 
 from farm.contract import CompileRequest, CompileResult, TargetFacts
 from farm.core.errors import FarmError
@@ -259,8 +259,7 @@ def test_the_heartbeat_timeout_is_validated(monkeypatch: pytest.MonkeyPatch, tmp
         with pytest.raises(FarmError, match=r"FARM_HEARTBEAT_TIMEOUT_S=.* is not a number of seconds from 5 to 3600"):
             settings.heartbeat_timeout_s()
     # A build names it before anything starts (here: CI=true, no standing cluster), and writes nothing.
-    project = small_copy(tmp_path / "project")
-    run_farm(project, "expand", check=True)
+    project = small_expanded_copy(tmp_path / "project")
     build = run_farm(project, "build", "targets=[gfx942]", env={settings.HEARTBEAT_ENV: "2"})
     assert build.returncode == 2, build.stderr
     assert "FARM_HEARTBEAT_TIMEOUT_S='2' is not a number of seconds from 5 to 3600" in build.stderr

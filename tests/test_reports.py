@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, on_shared_cluster, run_farm, small_copy
+from conftest import REPO, on_shared_cluster, run_farm, small_copy, small_expanded_copy
 
 pytestmark = pytest.mark.slow
 
@@ -26,8 +26,7 @@ def _reports(project: Path) -> list[Path]:
 
 
 def test_reports_record_their_origin_and_only_the_newest_are_kept(tmp_path: Path) -> None:
-    project = small_copy(tmp_path / "p")
-    run_farm(project, "expand", check=True)
+    project = small_expanded_copy(tmp_path / "p")
     (project / ".gitignore").write_text("/outputs/\n/.farm/\n/.outputs.lock\n")
     _git(project, "init", "-q")
     _git(project, "add", ".")

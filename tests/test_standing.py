@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import run_farm, small_copy, write_lld19_toolchain
+from conftest import run_farm, small_copy, small_expanded_copy, write_lld19_toolchain
 from test_warm_default import up_and_made_stale
 
 from farm.elf.code_object import read_code_object
@@ -29,8 +29,7 @@ def _pid(worker: str) -> int:
 
 
 def test_standing_cluster_serves_builds_warm_and_stops(built: Path, tmp_path: Path) -> None:
-    project = small_copy(tmp_path / "project")
-    run_farm(project, "expand", check=True)
+    project = small_expanded_copy(tmp_path / "project")
     up = run_farm(project, "cluster", "up", "executor.num_cpus=1", check=True)
     assert "standing cluster up at 127.0.0.1:" in up.stdout and "1 warm compilers" in up.stdout
     state = json.loads((project / ".farm" / "cluster" / "state.json").read_text())
@@ -70,8 +69,7 @@ def test_standing_cluster_serves_builds_warm_and_stops(built: Path, tmp_path: Pa
         assert (ours / objects[0]).read_bytes() == (theirs / objects[0]).read_bytes()
 
         # Another checkout shares this cluster by naming it (executor.standing_root), and starts none of its own.
-        other_checkout = small_copy(tmp_path / "other")
-        run_farm(other_checkout, "expand", check=True)
+        other_checkout = small_expanded_copy(tmp_path / "other")
         shared = run_farm(other_checkout, "build", f"targets=[{TARGET}]", f"names=[{objects[0][:-len('.hsaco')]}]",
                           f"executor.standing_root={project}", check=True)
         assert "rows go through the daemon's build socket" in shared.stderr
@@ -143,8 +141,7 @@ def test_cluster_verb_names_its_actions(tmp_path: Path) -> None:
 
 
 def test_cluster_up_replaces_a_daemon_of_older_farm_code(tmp_path: Path) -> None:
-    project = small_copy(tmp_path / "project")
-    run_farm(project, "expand", check=True)
+    project = small_expanded_copy(tmp_path / "project")
     where = project / ".farm" / "cluster"
     try:
         state, old_tree = up_and_made_stale(project)

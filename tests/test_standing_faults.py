@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import run_farm, small_copy
+from conftest import run_farm, small_copy, small_expanded_copy
 
 from farm.contract import CompileResult
 from farm.execute import executor, local, ray_auth, standing
@@ -83,9 +83,7 @@ def _all_gone(idents: list[dict], wait_s: float = 30) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    project = small_copy(tmp_path_factory.mktemp("faults"))
-    run_farm(project, "expand", check=True)
-    return project
+    return small_expanded_copy(tmp_path_factory.mktemp("faults"))
 
 
 @contextlib.contextmanager
@@ -109,9 +107,7 @@ def cluster(project: Path) -> Iterator[dict]:
 
 @pytest.fixture(scope="module")
 def kept_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    project = small_copy(tmp_path_factory.mktemp("kept"))
-    run_farm(project, "expand", check=True)
-    return project
+    return small_expanded_copy(tmp_path_factory.mktemp("kept"))
 
 
 @pytest.fixture(scope="module")

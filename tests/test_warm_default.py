@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import built_copy, run_farm, small_copy, stop_cluster
+from conftest import built_copy, run_farm, small_expanded_copy, stop_cluster
 
 from farm.execute import standing_files
 from farm.execute.processes import Identity, identities, verified
@@ -45,8 +45,7 @@ def _gone(idents: list[Identity], timeout_s: float = 30) -> list[Identity]:
 
 
 def test_build_starts_the_daemon_reuses_it_and_down_ends_everything(built: Path, tmp_path: Path) -> None:
-    project = small_copy(tmp_path / "project")
-    run_farm(project, "expand", check=True)
+    project = small_expanded_copy(tmp_path / "project")
     try:
         # Two builds at once: one daemon, started by one of them and used by both.
         cmd = [sys.executable, "-m", "farm.cli", "build", f"targets=[{TARGET}]", "executor.num_cpus=1"]
