@@ -16,7 +16,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import psutil
 import pytest
@@ -95,6 +95,15 @@ def shrink_rmsnorm(project: Path) -> None:
 
 # The address of the session's shared Ray cluster (`SessionClusters`), once this worker joined the session.
 SHARED_RAY: list[str] = []
+
+
+class RayHead(TypedDict):
+    """The session's Ray cluster as the workers' shared record keeps it."""
+
+    address: str  # HOST:PORT of its GCS
+    pid: int  # the `ray start --head --block` process
+    started: float  # that process's start time: a reused pid is not it
+    temp: str  # its temp dir (logs)
 
 
 class SessionClusters:
@@ -366,7 +375,7 @@ def session_clusters(request: pytest.FixtureRequest, tmp_path_factory: pytest.Te
         SESSION_CLUSTERS.leave(failed=bool(request.session.testsfailed))
 
 
-def _start_ray() -> dict[str, Any]:
+def _start_ray() -> RayHead:
     """`ray start --head` on loopback, detached (its parent, a shell, exits at once: tests that reap every
     descendant of their process, tests/test_cluster.py, must not end it). `ray stop` would end every Ray process
     of this user, so the cluster is stopped as this `ray start`'s process tree (`_stop_ray`)."""
@@ -380,7 +389,7 @@ def _start_ray() -> dict[str, Any]:
     launched = subprocess.run(["sh", "-c", f"{command} >/dev/null 2>&1 </dev/null & echo $!"], env=env,
                               capture_output=True, text=True, check=True)
     head = psutil.Process(int(launched.stdout))
-    ray = {"address": f"127.0.0.1:{port}", "pid": head.pid, "started": head.create_time(), "temp": temp}
+    ray = RayHead(address=f"127.0.0.1:{port}", pid=head.pid, started=head.create_time(), temp=temp)
     try:
         _wait_for_port(port, head, 120)
     except RuntimeError:
@@ -389,7 +398,7 @@ def _start_ray() -> dict[str, Any]:
     return ray
 
 
-def _stop_ray(ray: dict[str, Any], keep_logs: bool) -> None:
+def _stop_ray(ray: RayHead, keep_logs: bool) -> None:
     """End the process tree `_start_ray` started (the same process: its start time is checked)."""
     with contextlib.suppress(psutil.Error):
         head = psutil.Process(ray["pid"])
