@@ -93,10 +93,6 @@ def shrink_rmsnorm(project: Path) -> None:
     shrink_op(project, "rmsnorm", SMALL_RMSNORM_GROUPS)
 
 
-# The address of the session's shared Ray cluster (`SessionClusters`), once this worker joined the session.
-SHARED_RAY: list[str] = []
-
-
 class RayHead(TypedDict):
     """The session's Ray cluster as the workers' shared record keeps it."""
 
@@ -120,6 +116,7 @@ class SessionClusters:
 
     def __init__(self) -> None:
         self.meet: Path | None = None  # the session's meeting directory, while this worker is in the session
+        self.ray_address: str | None = None  # the Ray cluster's HOST:PORT, while this worker is in the session
         self.standing: Path | None = None  # the standing cluster's project, once this worker used it
 
     @contextlib.contextmanager
@@ -151,7 +148,8 @@ class SessionClusters:
             record["users"] = record.get("users", 0) + 1
             if "ray" not in record:
                 record["ray"] = _start_ray()
-            return record["ray"]["address"]
+            self.ray_address = record["ray"]["address"]
+        return self.ray_address
 
     def leave(self, failed: bool) -> None:
         """Count this worker out; the last one stops both clusters (keeping Ray's logs when any worker failed)."""
@@ -163,7 +161,7 @@ class SessionClusters:
                     stop_cluster(Path(record["standing"]))
                 _stop_ray(record["ray"], keep_logs=record["failed"])
                 record.clear()
-        self.meet = self.standing = None
+        self.meet = self.standing = self.ray_address = None
 
 
 SESSION_CLUSTERS = SessionClusters()
@@ -181,8 +179,8 @@ def on_shared_cluster(project: Path, args: tuple[str, ...], env: dict[str, str] 
     passes an environment); so does a project where a standing cluster was ever started (its builds are to use
     it). `driver_env`: the test's environment is for the command's own process only (say, its private files),
     not for the compilers."""
-    if (SHARED_RAY and args and args[0] in ("build", "audit", "emulate") and (env is None or driver_env)
-            and not (project / ".farm" / "cluster").exists()
+    if (SESSION_CLUSTERS.ray_address and args and args[0] in ("build", "audit", "emulate")
+            and (env is None or driver_env) and not (project / ".farm" / "cluster").exists()
             and not any(a.startswith(("executor", "--help", "-h")) for a in args)):
         if args[0] == "build":
             return (*args, f"executor.standing_root={SESSION_CLUSTERS.root_for_builds()}")
@@ -197,7 +195,7 @@ def on_shared_ray() -> tuple[str, ...]:
     token = Path.home() / ".ray" / "auth_token"  # where `ray start` keeps the cluster's token
     # An audit's rebuild runs with another HOME: it is told where the token is.
     told = (f"executor.auth_token_path={token}",) if token.is_file() else ()
-    return ("executor=cluster", f"executor.address={SHARED_RAY[0]}", *told)
+    return ("executor=cluster", f"executor.address={SESSION_CLUSTERS.ray_address}", *told)
 
 
 # Verbs that read and write only files (vendor also runs `ruff format`) and start no compiler, worker, daemon or
@@ -367,11 +365,10 @@ def session_clusters(request: pytest.FixtureRequest, tmp_path_factory: pytest.Te
                      worker_id: str) -> Iterator[str]:
     """This worker's part in the session's clusters (see SessionClusters): the Ray cluster's address."""
     base = tmp_path_factory.getbasetemp()
-    SHARED_RAY.append(SESSION_CLUSTERS.join(base if worker_id == "master" else base.parent))
+    address = SESSION_CLUSTERS.join(base if worker_id == "master" else base.parent)
     try:
-        yield SHARED_RAY[0]
+        yield address
     finally:
-        SHARED_RAY.clear()
         SESSION_CLUSTERS.leave(failed=bool(request.session.testsfailed))
 
 
