@@ -50,6 +50,15 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built_copy(tmp_path_factory.mktemp("inputs"))
 
 
+@pytest.fixture()
+def own_project(project: Path, tmp_path: Path) -> Path:
+    """A copy of the module's built project (its farm package too) for a test that edits farm code and builds:
+    the same row up to date, without a build of its own (each is a private cluster's start)."""
+    copy = Path(shutil.copytree(project, tmp_path / "project", symlinks=True))
+    assert last_line(farm(copy, "plan").stdout) == "rows=1 up_to_date=1 to_build=0"
+    return copy
+
+
 def plan_line(project: Path) -> str:
     lines = [line for line in farm(project, "plan").stdout.splitlines() if ROW in line]
     assert len(lines) == 1
@@ -144,9 +153,9 @@ def test_only_code_on_the_compile_path_is_recorded(project: Path) -> None:
     assert last_line(farm(project, "plan").stdout) == "rows=1 up_to_date=1 to_build=0"
 
 
-def test_new_farm_worker_module_is_an_input(tmp_path: Path) -> None:
+def test_new_farm_worker_module_is_an_input(own_project: Path) -> None:
     """A farm module the compile process newly loads is recorded; editing it alone then invalidates the row."""
-    project = built_copy(tmp_path)
+    project = own_project
     before = entry(project)["inputs"]["generator"]
     assert "worker/lowering.py" in before and "worker/zygote.py" in before  # loaded before the fork too
     (project / "farm" / "worker" / "extra_step.py").write_text('"""A new step of the compile."""\nSTEP = 1\n')
@@ -162,8 +171,8 @@ def test_new_farm_worker_module_is_an_input(tmp_path: Path) -> None:
     assert "farm generator code farm/worker/extra_step.py changed" in line
 
 
-def test_verifier_change_reverifies_without_recompiling(tmp_path: Path) -> None:
-    project = built_copy(tmp_path)
+def test_verifier_change_reverifies_without_recompiling(own_project: Path) -> None:
+    project = own_project
     old = entry(project)
     verifier = {"verify/rules.py", "elf/code_object.py", "toolchain/disasm.py", "verify/accept.py"}
     assert verifier <= set(old["inputs"]["verifier"])
@@ -193,9 +202,9 @@ def test_verifier_change_reverifies_without_recompiling(tmp_path: Path) -> None:
     assert farm(project, "check").returncode == 0
 
 
-def test_failed_reverification_fails_the_row(tmp_path: Path) -> None:
+def test_failed_reverification_fails_the_row(own_project: Path) -> None:
     """New rules that refuse the object: the row fails, and its old entry stays (still not up to date)."""
-    project = built_copy(tmp_path)
+    project = own_project
     verify = project / "farm" / "verify" / "rules.py"
     text = verify.read_text()
     marker = "def problems("
