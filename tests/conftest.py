@@ -198,14 +198,15 @@ def on_shared_ray() -> tuple[str, ...]:
     return ("executor=cluster", f"executor.address={SESSION_CLUSTERS.ray_address}", *told)
 
 
-# Verbs that read and write only files (vendor also runs `ruff format`) and start no compiler, worker, daemon or
-# cluster: `run_farm` calls them in this process (an interpreter's start and the farm's imports cost ~0.5 s of
-# CPU a call, a few hundred calls a session). A test whose subject is the process itself (its exit, its signals,
-# an interpreter setting) passes `process=True`; an environment naming PYTHON* settings always gets a process.
+# Verbs that read and write only files (vendor also runs `ruff format`; push and pull run DVC, whose import alone
+# costs ~1.5 s of CPU a process) and start no compiler, worker, daemon or cluster: `run_farm` calls them in this
+# process (an interpreter's start and the farm's imports cost ~0.5 s of CPU a call, a few hundred calls a session).
+# A test whose subject is the process itself (its exit, its signals, an interpreter setting) passes `process=True`;
+# an environment naming PYTHON* settings always gets a process.
 # A build sent to the session's standing cluster is one too: it relays its rows to the daemon's socket, so its own
 # process only reads, verifies and writes files (no Ray, no compiler). FARM_TEST_SUBPROCESS=1 runs every command in
 # a process of its own (how the suite ran before).
-IN_PROCESS_VERBS = frozenset({"check", "plan", "expand", "status", "golden", "diff", "vendor"})
+IN_PROCESS_VERBS = frozenset({"check", "plan", "expand", "status", "golden", "diff", "vendor", "push", "pull"})
 
 
 def _clear_farm_caches() -> None:

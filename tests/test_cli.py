@@ -266,7 +266,7 @@ def test_build_not_on_a_terminal_prints_progress_lines(small_project: Path, tmp_
     """A real build with stderr captured (a pipe): progress lines with every field, for the one row."""
     row = "rmsnorm/gfx942/rmsnorm_f32_infer_generic"
     proc = run_farm(small_project, "build", "targets=[gfx942]", "dtypes=[f32]", f"outputs_dir={tmp_path / 'out'}",
-                    "executor.standing=false", env={INTERVAL_ENV: "0.05"})
+                    env={INTERVAL_ENV: "0.05"}, driver_env=True)  # the interval is the driver's
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("progress: ")]
     assert lines, proc.stderr
