@@ -14,7 +14,7 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import REPO, copy_project, ray_auth_variables, run_farm, shrink_rmsnorm
+from conftest import REPO, copy_project, on_shared_ray, ray_auth_variables, run_farm, shrink_rmsnorm
 
 from farm.contract import CompileRequest
 
@@ -86,7 +86,8 @@ def test_a_dying_compile_fails_its_row_alone(crashy_project: Path, warm: str, tm
     out = tmp_path / "out"
     proc = run_farm(crashy_project, "build", "ops=[crashy]", "names=[crashy_ok,crashy_abort,crashy_hang]",
                     # The hung row costs the whole limit; the healthy one needs a few seconds on the fresh path.
-                    f"outputs_dir={out}", "compile_timeout_s=15", f"executor.warm={warm}")
+                    f"outputs_dir={out}", "compile_timeout_s=15", f"executor.warm={warm}",
+                    *on_shared_ray())  # fresh compile actors on the session's Ray cluster: no Ray start of its own
     assert proc.returncode == 1
     assert "built 1, failed 2" in proc.stderr
     assert "crashy/gfx942/crashy_abort failed: compiler process killed by signal 6" in proc.stderr
