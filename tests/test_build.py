@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import SMALL_ROWS_PER_TARGET, last_line, run_farm
+from conftest import SMALL_ROWS_PER_TARGET, last_line, on_shared_ray, run_farm
 
 from farm.elf.code_object import read_code_object
 
@@ -225,7 +225,7 @@ def test_warm_forked_compiles_match_fresh_processes(built: Path, tmp_path: Path)
     out = tmp_path / "fresh"
     names = ["rmsnorm_bf16_train_n2560"]
     run_farm(built, "build", f"outputs_dir={out}", f"names=[{','.join(names)}]", "executor.warm=false",
-             check=True)
+             *on_shared_ray(), check=True)  # fresh actors on the session's Ray cluster: no Ray start of its own
     fresh = {k: v for k, v in tree_bytes(out).items() if k.endswith(".hsaco")}
     warm = {k: v for k, v in tree_bytes(built / "outputs").items() if k.split("/")[-1][:-6] in names}
     assert len(fresh) == len(TARGETS) and fresh == warm

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, copy_project, last_line, run_farm
+from conftest import REPO, copy_project, last_line, on_shared_ray, run_farm
 
 from farm.core.private import private_dir
 from farm.toolchain import disasm, listing
@@ -156,7 +156,8 @@ def test_attention_warm_forks_match_fresh_processes(attention: tuple[Path, list]
     the same bytes as a fresh interpreter per row, for every attention family."""
     project, rows = attention
     out = tmp_path / "fresh"
-    run_farm(project, "build", _selection(rows), f"outputs_dir={out}", "executor.warm=false", check=True)
+    run_farm(project, "build", _selection(rows), f"outputs_dir={out}", "executor.warm=false", *on_shared_ray(),
+             check=True)  # fresh actors on the session's Ray cluster: no Ray start of its own
     for op, target, name, _ in rows:
         warm = project / "outputs" / op / target / f"{name}.hsaco"
         assert (out / op / target / f"{name}.hsaco").read_bytes() == warm.read_bytes(), (op, target, name)
