@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SMALL_ROWS_PER_TARGET, built_copy, run_farm, small_expanded_copy
+from conftest import SMALL_ROWS_PER_TARGET, built_copy, on_shared_cluster, run_farm, small_expanded_copy
 
 from farm.store.lock import tree_lock
 
@@ -34,8 +34,9 @@ def test_two_builds_at_once_on_overlapping_selections_lose_no_entry(tmp_path: Pa
     """Two real `farm build` processes, started together, overlapping on gfx942: every entry and object of
     all three targets is there after both, and the tree checks clean."""
     project = small_expanded_copy(tmp_path / "p")
-    first = _farm(project, "build", "targets=[gfx90a,gfx942]", "executor.num_cpus=1")
-    second = _farm(project, "build", "targets=[gfx942,gfx950]", "executor.num_cpus=1")
+    # Both on the session's standing cluster (warm compilers): what is tested is the output tree's lock.
+    first = _farm(project, *on_shared_cluster(project, ("build", "targets=[gfx90a,gfx942]"), None))
+    second = _farm(project, *on_shared_cluster(project, ("build", "targets=[gfx942,gfx950]"), None))
     out1, err1 = first.communicate(timeout=900)
     out2, err2 = second.communicate(timeout=900)
     assert first.returncode == 0, err1
