@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import built_copy, last_line, run_farm
+from conftest import SESSION_CLUSTERS, built_copy, last_line, run_farm
 
 from farm.core.canonical import canonical_json
 
@@ -200,7 +200,8 @@ def test_full_disk_while_writing_the_manifest_leaves_no_unrecorded_object(built:
         "        resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n"
         "b.DirectoryWriter.flush = flush\n"
         "from farm.cli import main\n"
-        f"sys.exit(main(['build', '{SEL}', 'executor.standing=false']))\n")
+        # The rows go to the session's standing cluster: the limit is the writer's, the build's own process.
+        f"sys.exit(main(['build', '{SEL}', 'executor.standing_root={SESSION_CLUSTERS.root_for_builds()}']))\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 2 and "File too large" in proc.stderr, proc.stderr
     names = sorted(p.name for p in where(project).iterdir())

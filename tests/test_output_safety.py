@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import built_copy, last_line, run_farm
+from conftest import SESSION_CLUSTERS, built_copy, last_line, run_farm
 
 from farm.toolchain.installed import installed
 
@@ -190,7 +190,8 @@ def test_disk_full_while_writing_is_one_clear_error(built: Path, tmp_path: Path)
         "    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), name)\n"
         "t.OutputDir.write_atomic = t.OutputDir.stage = full\n"  # every way an object's bytes reach disk
         "from farm.cli import main\n"
-        f"sys.exit(main(['build', '{SEL}']))\n")
+        # The rows go to the session's standing cluster: the disk is the writer's, the build's own process.
+        f"sys.exit(main(['build', '{SEL}', 'executor.standing_root={SESSION_CLUSTERS.root_for_builds()}']))\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 2, proc.stderr
     assert "No space left on device" in proc.stderr and "free disk space" in proc.stderr
