@@ -10,7 +10,6 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import run_farm, small_copy, small_expanded_copy, write_lld19_toolchain
-from test_warm_default import up_and_made_stale
 
 from farm.elf.code_object import read_code_object
 from farm.execute.processes import verified
@@ -138,24 +137,6 @@ def test_cluster_verb_names_its_actions(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "farm cluster needs one of up, down, status; got upp" in proc.stderr
     assert run_farm(project, "cluster", "down", check=True).stdout.strip() == "no standing cluster was up"
-
-
-def test_cluster_up_replaces_a_daemon_of_older_farm_code(tmp_path: Path) -> None:
-    project = small_expanded_copy(tmp_path / "project")
-    where = project / ".farm" / "cluster"
-    try:
-        state, old_tree = up_and_made_stale(project)
-        again = run_farm(project, "cluster", "up", "executor.num_cpus=1", check=True)
-        assert "stopped the standing cluster that ran older farm code" in again.stderr
-        new = json.loads((where / "state.json").read_text())
-        assert new["pid"] != state["pid"] and new["generator"] != "0" * 64  # the farm code of now
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(verified(i) for i in old_tree):
-            time.sleep(0.5)
-        assert not any(verified(i) for i in old_tree)  # every process of the old daemon, by pid
-    finally:
-        run_farm(project, "cluster", "down")
-    assert not (where / "state.json").exists()
 
 
 def test_a_recorded_process_is_still_recognised_after_the_clock_moves(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -161,6 +161,7 @@ def up_and_made_stale(project: Path) -> tuple[dict, list[Identity]]:
 
 
 def test_a_daemon_of_older_farm_code_is_replaced_only_when_no_build_uses_it(built: Path, tmp_path: Path) -> None:
+    """By a build, when no other build uses it (then by `farm cluster up`, which replaces it at once)."""
     project = built_copy(built, tmp_path / "project")
     where = project / ".farm" / "cluster"
     ours, theirs = project / "outputs" / "rmsnorm" / TARGET, built / "outputs" / "rmsnorm" / TARGET
@@ -196,7 +197,16 @@ def test_a_daemon_of_older_farm_code_is_replaced_only_when_no_build_uses_it(buil
         assert new["started_by"] == "a build"
         for victim in victims:  # the same bytes as the private cluster's build
             assert victim.read_bytes() == (theirs / victim.name).read_bytes(), victim.name
-        daemon = psutil.Process(int(new["pid"]))
+
+        # `farm cluster up` replaces a daemon of older farm code too (this one, made stale the same way).
+        stale = identities([psutil.Process(int(new["pid"])), *psutil.Process(int(new["pid"])).children(recursive=True)])
+        (where / "state.json").write_text(json.dumps(dict(new, generator="0" * 64)))
+        again = run_farm(project, "cluster", "up", "executor.num_cpus=1", check=True)
+        assert "stopped the standing cluster that ran older farm code" in again.stderr
+        newest = json.loads((where / "state.json").read_text())
+        assert newest["pid"] != new["pid"] and newest["generator"] != "0" * 64  # the farm code of now
+        assert _gone(stale) == []  # every process of the old daemon, by pid
+        daemon = psutil.Process(int(newest["pid"]))
         everything = identities([daemon, *daemon.children(recursive=True)])
     finally:
         stop_cluster(project)
