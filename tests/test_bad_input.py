@@ -47,7 +47,8 @@ def test_non_numeric_option_values_are_one_clear_error(small_project: Path, over
 def test_a_bad_batch_gather_setting_is_refused_before_any_work(small_project: Path, tmp_path: Path,
                                                                value: str) -> None:
     out = tmp_path / "out"
-    proc = run_farm(small_project, "build", f"outputs_dir={out}", env={"FARM_BATCH_GATHER_S": value})
+    proc = run_farm(small_project, "build", f"outputs_dir={out}", env={"FARM_BATCH_GATHER_S": value},
+                    driver_env=True)  # a setting of the build's own process
     refused(proc, f"FARM_BATCH_GATHER_S={value!r} is not a number of seconds from 0 to 60", "unset it")
     assert "rows=" not in proc.stderr and not list(out.rglob("*.hsaco"))
 
