@@ -97,17 +97,14 @@ def test_build_starts_the_daemon_reuses_it_and_down_ends_everything(built: Path,
 
 def test_a_build_that_compiles_nothing_starts_nothing(built: Path, tmp_path: Path) -> None:
     """Warm by default is for compiling: a build whose rows are all up to date needs no compiler, so it
-    leaves no daemon running (the restore case: tests/test_remote_cache.py)."""
+    leaves no daemon running and no trace of one (the restore case: tests/test_remote_cache.py; a build with
+    rows to compile starts one: the first test here)."""
     project = built_copy(built, tmp_path / "project")
     try:
         proc = run_farm(project, "build", f"targets=[{TARGET}]", env=WARM, check=True)
         assert "built 0, failed 0" in proc.stderr and STARTED not in proc.stderr, proc.stderr
         assert not standing_files.starting(project) and standing_files.running(project) is None
-        assert not (project / ".farm" / "cluster" / "daemon.log").exists()
-        # One object gone: now a row compiles, and the build starts the daemon for it.
-        next((project / "outputs" / "rmsnorm" / TARGET).glob("*.hsaco")).unlink()
-        again = run_farm(project, "build", f"targets=[{TARGET}]", "executor.num_cpus=1", env=WARM, check=True)
-        assert STARTED in again.stderr and "failed 0" in again.stderr, again.stderr
+        assert not (project / ".farm" / "cluster").exists()
     finally:
         stop_cluster(project)
 
