@@ -196,7 +196,8 @@ def test_a_daemon_of_older_farm_code_is_replaced_only_when_no_build_uses_it(buil
             assert victim.read_bytes() == (theirs / victim.name).read_bytes(), victim.name
 
         # `farm cluster up` replaces a daemon of older farm code too (this one, made stale the same way).
-        stale = identities([psutil.Process(int(new["pid"])), *psutil.Process(int(new["pid"])).children(recursive=True)])
+        replaced = psutil.Process(int(new["pid"]))
+        stale = identities([replaced, *replaced.children(recursive=True)])
         (where / "state.json").write_text(json.dumps(dict(new, generator="0" * 64)))
         again = run_farm(project, "cluster", "up", "executor.num_cpus=1", check=True)
         assert "stopped the standing cluster that ran older farm code" in again.stderr
