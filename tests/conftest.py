@@ -170,7 +170,7 @@ SESSION_CLUSTERS = SessionClusters()
 def on_shared_cluster(project: Path, args: tuple[str, ...], env: dict[str, str] | None,
                       driver_env: bool = False) -> tuple[str, ...]:
     """A `farm build`, `farm audit` or `farm emulate` that says nothing of its executor and runs in the session's
-    environment runs on the session's clusters: a build on its standing cluster (`SharedStanding`: warm
+    environment runs on the session's clusters (`SessionClusters`): a build on its standing cluster (warm
     compilers kept between builds), an audit (whose rebuild takes private workers) and emulate's tasks on its
     shared Ray cluster (executor=cluster).
     What such a test tests is not how a build starts its own cluster, and starting one costs ~5 s of Ray start

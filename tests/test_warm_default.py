@@ -144,16 +144,14 @@ def test_a_daemon_that_cannot_start_leaves_a_private_build(built: Path, tmp_path
         (project / ".farm" / "cluster").unlink()
 
 
-def up_and_made_stale(project: Path) -> tuple[dict, list[Identity]]:
-    """`farm cluster up` (one compiler), then its state made to say it runs older farm code, as if the farm was
-    edited since it started (its compiles' bytes would be refused). Returns the state as it was and the
-    daemon's processes."""
-    where = project / ".farm" / "cluster"
-    run_farm(project, "cluster", "up", "executor.num_cpus=1", check=True)
-    state = json.loads((where / "state.json").read_text())
+def made_stale(project: Path) -> tuple[dict, list[Identity]]:
+    """The running standing cluster's state made to say it runs older farm code, as if the farm was edited since
+    it started (its compiles' bytes would be refused). Returns the state as it was and the daemon's processes."""
+    path = project / ".farm" / "cluster" / "state.json"
+    state = json.loads(path.read_text())
     old = psutil.Process(int(state["pid"]))
     old_tree = identities([old, *old.children(recursive=True)])
-    (where / "state.json").write_text(json.dumps(dict(state, generator="0" * 64)))
+    path.write_text(json.dumps(dict(state, generator="0" * 64)))
     return state, old_tree
 
 
@@ -164,7 +162,8 @@ def test_a_daemon_of_older_farm_code_is_replaced_only_when_no_build_uses_it(buil
     ours, theirs = project / "outputs" / "rmsnorm" / TARGET, built / "outputs" / "rmsnorm" / TARGET
     victims = sorted(ours.glob("*.hsaco"))[:2]
     try:
-        state, old_tree = up_and_made_stale(project)
+        run_farm(project, "cluster", "up", "executor.num_cpus=1", check=True)  # one compiler
+        state, old_tree = made_stale(project)
 
         # Another build is using it (holds the in-use lock): it is left alone, this build is private.
         victims[0].unlink()
@@ -196,9 +195,7 @@ def test_a_daemon_of_older_farm_code_is_replaced_only_when_no_build_uses_it(buil
             assert victim.read_bytes() == (theirs / victim.name).read_bytes(), victim.name
 
         # `farm cluster up` replaces a daemon of older farm code too (this one, made stale the same way).
-        replaced = psutil.Process(int(new["pid"]))
-        stale = identities([replaced, *replaced.children(recursive=True)])
-        (where / "state.json").write_text(json.dumps(dict(new, generator="0" * 64)))
+        _, stale = made_stale(project)
         again = run_farm(project, "cluster", "up", "executor.num_cpus=1", check=True)
         assert "stopped the standing cluster that ran older farm code" in again.stderr
         newest = json.loads((where / "state.json").read_text())
