@@ -295,6 +295,17 @@ def stop_cluster(project: Path) -> None:
     run_farm(project, "cluster", "down")
 
 
+def still_running(idents: list, timeout_s: float = 30) -> list:
+    """Which of these very processes (farm.execute.processes identities: pid and start time) still run after up
+    to `timeout_s`."""
+    from farm.execute.processes import verified
+
+    deadline = time.monotonic() + timeout_s
+    while (alive := [i for i in idents if verified(i) is not None]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return alive
+
+
 LLD19 = Path("/usr/lib/llvm-19/bin/ld.lld")
 # The disassembler block of the project's pin, for test toolchains (verification stays the same).
 PINNED_DISASSEMBLER = "disassembler:" + (REPO / "conf/toolchain/pinned.yaml").read_text().split("\ndisassembler:")[1]

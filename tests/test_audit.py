@@ -66,28 +66,25 @@ def test_variations_can_be_turned_off_by_name(project: Path) -> None:
     assert "unknown option 'audit.vary.umsak' in overrides; did you mean 'audit.vary.umask'?" in bad.stderr
 
 
-def test_a_tampered_object_is_reported_with_its_section(project: Path) -> None:
+def test_a_tampered_object_and_a_hand_edited_manifest_are_reported(project: Path) -> None:
+    """One audit of two directories: an object with a flipped .text bit is named with its section and offset, a
+    manifest with an edited field with the field (its objects themselves are identical)."""
     obj = project / "outputs" / "rmsnorm" / "gfx90a" / "rmsnorm_f32_infer_generic.hsaco"
     data = bytearray(obj.read_bytes())
     text = read_code_object(bytes(data)).sections[".text"]
     data[bytes(data).find(text[:64]) + 8] ^= 0x01
     obj.write_bytes(bytes(data))
-    proc = run_farm(project, "audit", "targets=[gfx90a]", "dtypes=[f32]")
-    assert proc.returncode == 1
-    assert "DIFFERS rmsnorm/gfx90a/rmsnorm_f32_infer_generic: differs: .text differs from offset 0x8" in proc.stdout
-    assert "audit: 0 identical, 1 differ" in proc.stdout
-
-
-def test_a_hand_edited_manifest_is_reported(project: Path) -> None:
     mpath = project / "outputs" / "rmsnorm" / "gfx942" / "manifest.json"
-    data = json.loads(mpath.read_text())
-    data["objects"][1]["kernels"][0]["vgpr_count"] = 7
-    mpath.write_text(json.dumps(data, sort_keys=True, indent=2) + "\n")
-    proc = run_farm(project, "audit", "targets=[gfx942]")
+    manifest = json.loads(mpath.read_text())
+    manifest["objects"][1]["kernels"][0]["vgpr_count"] = 7
+    mpath.write_text(json.dumps(manifest, sort_keys=True, indent=2) + "\n")
+    proc = run_farm(project, "audit", "targets=[gfx90a,gfx942]")
     assert proc.returncode == 1
-    file = data["objects"][1]["file"]
+    file = manifest["objects"][1]["file"]
+    assert "DIFFERS rmsnorm/gfx90a/rmsnorm_f32_infer_generic: differs: .text differs from offset 0x8" in proc.stdout
     assert f"DIFFERS rmsnorm/gfx942/manifest.json: differs: {file}: kernels[0].vgpr_count: 7 vs" in proc.stdout
-    assert "audit: 6 identical, 0 differ" in proc.stdout
+    assert sum(line.startswith("DIFFERS") for line in proc.stdout.splitlines()) == 2, proc.stdout
+    assert "audit: 11 identical, 1 differ" in proc.stdout
 
 
 def test_a_different_linker_is_named_as_the_reason(project: Path) -> None:

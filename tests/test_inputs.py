@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import REPO, last_line, run_farm, small_copy
+from conftest import REPO, last_line, on_shared_ray, run_farm, small_copy
 
 from farm.plan.code_closure import boundary_file
 
@@ -26,7 +26,8 @@ MANIFEST = Path("outputs/rmsnorm/gfx942/manifest.json")
 
 
 def farm(project: Path, *args: str) -> subprocess.CompletedProcess:
-    # The project's own farm package (its directory comes first on every process's path, Ray workers too).
+    # The project's own farm package (its directory comes first on every process's path; its builds go to the
+    # session's Ray cluster, `on_shared_ray`, whose fresh workers get this package through Ray's runtime_env).
     return run_farm(project, *args, *SELECT, env={"PYTHONPATH": str(project)})
 
 
@@ -35,7 +36,7 @@ def built_copy(dest: Path) -> Path:
     project = small_copy(dest)
     shutil.copytree(REPO / "farm", project / "farm", ignore=shutil.ignore_patterns("__pycache__"))
     run_farm(project, "expand", env={"PYTHONPATH": str(project)}, check=True)
-    proc = farm(project, "build", "executor.standing=false")
+    proc = farm(project, "build", *on_shared_ray())
     assert proc.returncode == 0, proc.stderr
     assert last_line(farm(project, "plan").stdout) == "rows=1 up_to_date=1 to_build=0"
     return project
@@ -53,7 +54,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture()
 def own_project(project: Path, tmp_path: Path) -> Path:
     """A copy of the module's built project (its farm package too) for a test that edits farm code and builds:
-    the same row up to date, without a build of its own (each is a private cluster's start)."""
+    the same row up to date, without a build of its own (each starts fresh workers)."""
     copy = Path(shutil.copytree(project, tmp_path / "project", symlinks=True))
     assert last_line(farm(copy, "plan").stdout) == "rows=1 up_to_date=1 to_build=0"
     return copy
@@ -162,7 +163,7 @@ def test_new_farm_worker_module_is_an_input(own_project: Path) -> None:
     lowering = project / "farm" / "worker" / "lowering.py"
     lowering.write_text(lowering.read_text() + "\nfrom . import extra_step  # noqa: E402, F401\n")
     assert "farm generator code farm/worker/lowering.py changed" in plan_line(project)
-    proc = farm(project, "build", "executor.standing=false")
+    proc = farm(project, "build", *on_shared_ray())
     assert proc.returncode == 0, proc.stderr
     assert "worker/extra_step.py" in entry(project)["inputs"]["generator"]
     (project / "farm" / "worker" / "extra_step.py").write_text('"""A new step of the compile."""\nSTEP = 2\n')
@@ -186,7 +187,7 @@ def test_verifier_change_reverifies_without_recompiling(own_project: Path) -> No
     check = farm(project, "check")
     assert check.returncode == 1
     assert "input drift: farm verification code farm/verify/rules.py changed since it was built" in check.stdout
-    proc = farm(project, "build", "executor.standing=false")
+    proc = farm(project, "build", *on_shared_ray())
     assert proc.returncode == 0, proc.stderr
     assert "built 0, reverified 1, failed 0" in proc.stderr
     report = json.loads((project / ".farm" / "reports" / "latest-build.json").read_text())
@@ -211,7 +212,7 @@ def test_failed_reverification_fails_the_row(own_project: Path) -> None:
     assert marker in text
     verify.write_text(text.replace(marker, "def _problems_before(", 1)
                       + "\n\ndef problems(*args, **kwargs):\n    return ['a new rule refuses every object']\n")
-    proc = farm(project, "build", "executor.standing=false")
+    proc = farm(project, "build", *on_shared_ray())
     assert proc.returncode == 1
     assert "re-verification failed: verification failed: a new rule refuses every object" in proc.stderr
     assert plan_line(project).split()[0] == "reverify"

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, on_shared_cluster, run_farm, small_copy, small_expanded_copy
+from conftest import REPO, on_shared_cluster, on_shared_ray, run_farm, small_copy, small_expanded_copy
 
 pytestmark = pytest.mark.slow
 
@@ -66,7 +66,8 @@ def test_report_has_the_drivers_cost_and_phases_and_the_trace_its_lane(tmp_path:
     shutil.copytree(REPO / "farm", project / "farm", ignore=shutil.ignore_patterns("__pycache__"))
     env = {"PYTHONPATH": str(project)}
     run_farm(project, "expand", env=env, check=True)
-    proc = run_farm(project, "build", *SEL, env=env, check=True)
+    # Fresh workers on the session's Ray cluster, which run this project's farm package (Ray's runtime_env).
+    proc = run_farm(project, "build", *SEL, *on_shared_ray(), env=env, check=True)
     assert "ms CPU per row over 1 rows" in proc.stderr  # the one driver line
     report = json.loads(_reports(project)[-1].read_text())
     driver = report["driver"]
@@ -91,7 +92,7 @@ def test_report_has_the_drivers_cost_and_phases_and_the_trace_its_lane(tmp_path:
     # Re-verified rows get the driver's verify and write phases too.
     verify = project / "farm" / "verify" / "rules.py"
     verify.write_text(verify.read_text() + '\n"""An edit that re-verifies."""\n')
-    run_farm(project, "build", *SEL, env=env, check=True)
+    run_farm(project, "build", *SEL, *on_shared_ray(), env=env, check=True)
     report = json.loads(_reports(project)[-1].read_text())
     assert [r["reverified"] for r in report["rows"]] == [True]
     assert [p["name"] for p in report["rows"][0]["phases"]] == ["verify", "write"]

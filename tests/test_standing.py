@@ -4,19 +4,25 @@ bytes are the same as a private cluster's, and it goes away completely when stop
 from __future__ import annotations
 
 import json
-import time
+import os
+import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
 import pytest
-from conftest import run_farm, small_copy, small_expanded_copy, write_lld19_toolchain
+from conftest import run_farm, small_copy, small_expanded_copy, still_running, write_lld19_toolchain
 
 from farm.elf.code_object import read_code_object
-from farm.execute.processes import verified
+from farm.execute import standing_files
+from farm.execute.processes import Identity, identities, verified
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 TARGET = "gfx942"
+WARM = {"CI": "false"}  # auto-start on (conftest turns it off for every other test)
+STARTED = "started a standing cluster"
 
 
 def _report(project: Path) -> dict:
@@ -28,17 +34,34 @@ def _pid(worker: str) -> int:
 
 
 def test_standing_cluster_serves_builds_warm_and_stops(built: Path, tmp_path: Path) -> None:
+    """Warm by default: the first build that compiles starts the standing cluster (one line says so and how to
+    stop it), later builds use its warm compiler, and `farm cluster down` ends it and every process it started."""
     project = small_expanded_copy(tmp_path / "project")
-    up = run_farm(project, "cluster", "up", "executor.num_cpus=1", check=True)
-    assert "standing cluster up at 127.0.0.1:" in up.stdout and "1 warm compilers" in up.stdout
-    state = json.loads((project / ".farm" / "cluster" / "state.json").read_text())
-    daemon = psutil.Process(int(state["pid"]))
+    everything: list[Identity] = []
     try:
+        # Two builds at once, auto-start on: one daemon, started by one of them and used by both.
+        cmd = [sys.executable, "-m", "farm.cli", "build", f"targets=[{TARGET}]", "executor.num_cpus=1"]
+        env = dict(os.environ, **WARM)
+        env.pop("FARM_PROJECT", None)
+        procs = [subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for _ in range(2)]
+        outs = [p.communicate(timeout=900) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outs
+        said = [line for _, err in outs for line in err.splitlines() if STARTED in line]
+        assert len(said) == 1, outs
+        assert "stops itself after 30 idle minutes" in said[0] and "`farm cluster down` stops it now" in said[0]
+        # The builds take the output tree's lock in turn: the one that compiles does it on the daemon.
+        [first] = [err for _, err in outs if "using the standing cluster at 127.0.0.1:" in err]
+        assert "rows go through the daemon's build socket: no Ray in this process" in first
+        state = json.loads((project / ".farm" / "cluster" / "state.json").read_text())
+        daemon = psutil.Process(int(state["pid"]))
+        # Detached: its own session (it outlived both builds), a private state directory, a 0600 token.
+        assert os.getsid(daemon.pid) == daemon.pid != os.getsid(0)
+        where = project / ".farm" / "cluster"
+        assert stat.S_IMODE(where.stat().st_mode) == 0o700
+        assert stat.S_IMODE((where / "auth_token").stat().st_mode) == 0o600
         assert "standing cluster up at" in run_farm(project, "cluster", "status", check=True).stdout
-        first = run_farm(project, "build", f"targets=[{TARGET}]", check=True)
-        assert "using the standing cluster at 127.0.0.1:" in first.stderr
-        assert "rows go through the daemon's build socket: no Ray in this process" in first.stderr
-        rows = _report(project)["rows"]
+        rows = _report(project)["rows"]  # the build that compiled (the other found every row up to date)
         assert len(rows) == 6 and all(r["ok"] and r["written"] for r in rows)
         # One compiler, warmed when the cluster came up: no row paid the warm-up.
         workers = {r["worker"] for r in rows}
@@ -119,14 +142,12 @@ def test_standing_cluster_serves_builds_warm_and_stops(built: Path, tmp_path: Pa
         assert "using the standing cluster" not in fourth.stderr
         assert _report(project)["driver"]["daemon_cpu_seconds"] is None  # no daemon in between
         assert _pid(_report(project)["rows"][0]["worker"]) != actor
+        everything = identities([daemon, *daemon.children(recursive=True)])
     finally:
         down = run_farm(project, "cluster", "down")
     assert down.stdout.strip() == "standing cluster stopped", down.stdout + down.stderr
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and (daemon.is_running() or psutil.pid_exists(actor)):
-        time.sleep(0.5)
-    assert not daemon.is_running() and not psutil.pid_exists(actor)
-    assert not (project / ".farm" / "cluster" / "state.json").exists()
+    assert still_running(everything) == []  # every process it started, by pid
+    assert not (project / ".farm" / "cluster" / "state.json").exists() and not standing_files.starting(project)
     assert not Path(state["relay"]).exists()  # its build socket went with it
     assert run_farm(project, "cluster", "status", check=True).stdout.strip() == "no standing cluster is up"
 

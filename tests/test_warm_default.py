@@ -1,25 +1,21 @@
-"""Warm by default: a `farm build` with no standing cluster up starts one (one line says so and how to
-stop it), builds on it, and later builds reuse it; `farm cluster down` ends it and every process it
-started. CI=true or executor.auto_start=false turn that off. conftest.py sets CI=true for the session:
-these tests clear it for their own builds and stop every daemon they start."""
+"""Warm by default, when it does not apply: a build that compiles nothing starts nothing, CI=true or
+executor.auto_start=false turn it off, a daemon that cannot start leaves a private build, a daemon of older farm
+code is replaced only when no build uses it. (A build starting the daemon, later builds reusing it and `farm cluster
+down` ending everything: tests/test_standing.py.) conftest.py sets CI=true for the session: these tests clear it
+for their own builds and stop every daemon they start."""
 
 from __future__ import annotations
 
 import fcntl
 import json
-import os
-import stat
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
-from conftest import built_copy, run_farm, small_expanded_copy, stop_cluster
+from conftest import built_copy, run_farm, still_running, stop_cluster
 
 from farm.execute import standing_files
-from farm.execute.processes import Identity, identities, verified
+from farm.execute.processes import Identity, identities
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -34,65 +30,6 @@ def _report(project: Path) -> dict:
 
 def _pid(worker: str) -> int:
     return int(worker.rsplit(" pid ", 1)[1])
-
-
-def _gone(idents: list[Identity], timeout_s: float = 30) -> list[Identity]:
-    """Which of these very processes still run after up to `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while (alive := [i for i in idents if verified(i) is not None]) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    return alive
-
-
-def test_build_starts_the_daemon_reuses_it_and_down_ends_everything(built: Path, tmp_path: Path) -> None:
-    project = small_expanded_copy(tmp_path / "project")
-    try:
-        # Two builds at once: one daemon, started by one of them and used by both.
-        cmd = [sys.executable, "-m", "farm.cli", "build", f"targets=[{TARGET}]", "executor.num_cpus=1"]
-        env = dict(os.environ, **WARM)
-        env.pop("FARM_PROJECT", None)
-        procs = [subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True) for _ in range(2)]
-        outs = [p.communicate(timeout=900) for p in procs]
-        assert [p.returncode for p in procs] == [0, 0], outs
-        said = [line for _, err in outs for line in err.splitlines() if STARTED in line]
-        assert len(said) == 1, outs
-        assert "stops itself after 30 idle minutes" in said[0] and "`farm cluster down` stops it now" in said[0]
-        # The builds take the output tree's lock in turn: the one that compiles does it on the daemon.
-        assert sum("using the standing cluster at 127.0.0.1:" in err for _, err in outs) == 1, outs
-
-        state = json.loads((project / ".farm" / "cluster" / "state.json").read_text())
-        daemon = psutil.Process(int(state["pid"]))
-        # Detached: its own session (it outlived both builds), a private state directory, a 0600 token.
-        assert os.getsid(daemon.pid) == daemon.pid != os.getsid(0)
-        where = project / ".farm" / "cluster"
-        assert stat.S_IMODE(where.stat().st_mode) == 0o700
-        assert stat.S_IMODE((where / "auth_token").stat().st_mode) == 0o600
-        rows = _report(project)["rows"] or []
-        tree = {p.pid for p in daemon.children(recursive=True)}
-        ours, theirs = project / "outputs" / "rmsnorm" / TARGET, built / "outputs" / "rmsnorm" / TARGET
-        objects = sorted(p.name for p in theirs.glob("*.hsaco"))
-        assert objects == sorted(p.name for p in ours.glob("*.hsaco"))
-        for name in objects:  # the same bytes as the private cluster's build
-            assert (ours / name).read_bytes() == (theirs / name).read_bytes(), name
-
-        # A later build reuses it: nothing started, its row compiled by the daemon's warm compiler.
-        (ours / objects[0]).unlink()
-        again = run_farm(project, "build", f"targets=[{TARGET}]", "executor.num_cpus=1", env=WARM, check=True)
-        assert STARTED not in again.stderr and "using the standing cluster at" in again.stderr
-        assert "failed 0" in again.stderr and (ours / objects[0]).is_file()
-        stem = objects[0].removesuffix(".hsaco")
-        [row] = [r for r in _report(project)["rows"] if r["key"].endswith(f"/{stem}")]
-        assert _pid(row["worker"]) in tree | {p.pid for p in daemon.children(recursive=True)}
-        assert not rows or all(r["ok"] for r in rows)
-        assert (ours / objects[0]).read_bytes() == (theirs / objects[0]).read_bytes()
-        everything = identities([daemon, *daemon.children(recursive=True)])
-    finally:
-        down = run_farm(project, "cluster", "down")
-    assert down.stdout.strip() == "standing cluster stopped", down.stdout + down.stderr
-    assert _gone(everything) == []
-    assert not (project / ".farm" / "cluster" / "state.json").exists()
-    assert not standing_files.starting(project)
 
 
 def test_a_build_that_compiles_nothing_starts_nothing(built: Path, tmp_path: Path) -> None:
@@ -175,7 +112,7 @@ def test_a_daemon_of_older_farm_code_is_replaced_only_when_no_build_uses_it(buil
         assert "(started by farm cluster up) runs older farm code and another build is using it" in said[0]
         assert "private cluster" in said[0]
         assert "failed 0" in busy.stderr and victims[0].is_file()
-        assert _gone(old_tree, timeout_s=0) == old_tree  # every process of it still runs
+        assert still_running(old_tree, timeout_s=0) == old_tree  # every process of it still runs
         [row] = [r for r in _report(project)["rows"] if r["key"].endswith("/" + victims[0].stem)]
         assert _pid(row["worker"]) not in {i["pid"] for i in old_tree}
 
@@ -187,7 +124,7 @@ def test_a_daemon_of_older_farm_code_is_replaced_only_when_no_build_uses_it(buil
         assert "replaced a standing cluster (started by farm cluster up) that ran older farm code" in said[0]
         assert "`farm cluster down` stops it now" in said[0]
         assert "using the standing cluster at 127.0.0.1:" in idle.stderr and "failed 0" in idle.stderr
-        assert _gone(old_tree) == []  # every process of the old daemon, by pid
+        assert still_running(old_tree) == []  # every process of the old daemon, by pid
         new = json.loads((where / "state.json").read_text())
         assert new["pid"] != state["pid"] and new["generator"] != "0" * 64  # the farm code of now
         assert new["started_by"] == "a build"
@@ -198,13 +135,14 @@ def test_a_daemon_of_older_farm_code_is_replaced_only_when_no_build_uses_it(buil
         _, stale = made_stale(project)
         again = run_farm(project, "cluster", "up", "executor.num_cpus=1", check=True)
         assert "stopped the standing cluster that ran older farm code" in again.stderr
+        assert "standing cluster up at 127.0.0.1:" in again.stdout and "1 warm compilers" in again.stdout
         newest = json.loads((where / "state.json").read_text())
         assert newest["pid"] != new["pid"] and newest["generator"] != "0" * 64  # the farm code of now
-        assert _gone(stale) == []  # every process of the old daemon, by pid
+        assert still_running(stale) == []  # every process of the old daemon, by pid
         daemon = psutil.Process(int(newest["pid"]))
         everything = identities([daemon, *daemon.children(recursive=True)])
     finally:
         stop_cluster(project)
-    assert _gone(everything) == []
+    assert still_running(everything) == []
     assert not standing_files.starting(project)
 
