@@ -27,8 +27,8 @@ from farm.toolchain.pin_file import pin_text
 REPO = Path(__file__).resolve().parent.parent
 
 # No test's build auto-starts a standing cluster (it would outlive the test): the farm's CI switch, set
-# for the whole session and inherited by every `farm` the tests run. tests/test_warm_default.py turns it
-# off for its own builds and stops what they start.
+# for the whole session and inherited by every `farm` the tests run. tests/test_warm_default.py and
+# tests/test_standing.py turn it off for their own builds and stop what they start.
 os.environ["CI"] = "true"
 
 # A small rmsnorm table that still covers every target, both tiers, both phases and three dtype forms.
