@@ -142,7 +142,8 @@ def test_standing_cluster_serves_builds_warm_and_stops(built: Path, tmp_path: Pa
         assert "using the standing cluster" not in fourth.stderr
         assert _report(project)["driver"]["daemon_cpu_seconds"] is None  # no daemon in between
         assert _pid(_report(project)["rows"][0]["worker"]) != actor
-        everything = identities([daemon, *daemon.children(recursive=True)])
+        tree = [daemon, *daemon.children(recursive=True)]
+        everything = identities(tree if actor in {p.pid for p in tree} else [*tree, psutil.Process(actor)])
     finally:
         down = run_farm(project, "cluster", "down")
     assert down.stdout.strip() == "standing cluster stopped", down.stdout + down.stderr
