@@ -409,7 +409,6 @@ def test_rows_spread_over_four_worker_nodes_and_match_a_local_build(cluster: Any
     names = list(collect(cfg.kernels_dir))
     assert names and not [n for n in names if n.startswith("/") or ".." in n.split("/")]
     assert_loopback(cluster)
-    set_worker_nodes(cluster, guard, 2)  # what the next test expects
 
 
 def test_worker_with_another_toolchain_fails_its_rows(cluster: Any, project: Path, guard: dict[str, Any],
@@ -452,7 +451,6 @@ def test_worker_with_another_toolchain_fails_its_rows(cluster: Any, project: Pat
     finally:
         _remember(_descendants(raylet_pid(bad)))
         cluster.remove_node(bad)
-    set_worker_nodes(cluster, guard, 2)
 
 
 def test_driver_killed_mid_build_resumes(project: Path, reference: dict[str, bytes], tmp_path: Path,
