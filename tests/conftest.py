@@ -16,13 +16,16 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import psutil
 import pytest
 import yaml
 
 from farm.toolchain.pin_file import pin_text
+
+if TYPE_CHECKING:
+    from farm.execute.processes import Identity
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -295,9 +298,8 @@ def stop_cluster(project: Path) -> None:
     run_farm(project, "cluster", "down")
 
 
-def still_running(idents: list, timeout_s: float = 30) -> list:
-    """Which of these very processes (farm.execute.processes identities: pid and start time) still run after up
-    to `timeout_s`."""
+def still_running(idents: list[Identity], timeout_s: float = 30) -> list[Identity]:
+    """Which of these very processes (identities: pid and start time) still run after up to `timeout_s`."""
     from farm.execute.processes import verified
 
     deadline = time.monotonic() + timeout_s
