@@ -78,8 +78,10 @@ def test_standing_cluster_serves_builds_warm_and_stops(built: Path, tmp_path: Pa
         # A second build is served by the same warm compiler (the zygote outlived the first build), its row
         # relayed through the daemon: the build's own process never imports Ray.
         (ours / objects[0]).unlink()
-        second = run_farm(project, "build", f"targets=[{TARGET}]", env={"PYTHONPROFILEIMPORTTIME": "1"}, check=True)
-        assert "built 1, failed 0" in second.stderr
+        # Auto-start is on for it too: with a daemon up, it starts nothing.
+        second = run_farm(project, "build", f"targets=[{TARGET}]", env={"PYTHONPROFILEIMPORTTIME": "1", **WARM},
+                          check=True)
+        assert "built 1, failed 0" in second.stderr and STARTED not in second.stderr
         assert "rows go through the daemon's build socket: no Ray in this process" in second.stderr
         imported = {line.rsplit("|", 1)[1].strip() for line in second.stderr.splitlines()
                     if line.startswith("import time:")}
