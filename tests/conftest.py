@@ -308,6 +308,22 @@ def still_running(idents: list[Identity], timeout_s: float = 30) -> list[Identit
     return alive
 
 
+# Auto-start of the standing cluster on (conftest turns it off for every other test), and the line a build
+# prints when it starts one.
+AUTO_START_ON = {"CI": "false"}
+STARTED = "started a standing cluster"
+
+
+def latest_report(project: Path) -> dict:
+    """The build report of the project's last build."""
+    return json.loads((project / ".farm" / "reports" / "latest-build.json").read_text())
+
+
+def worker_pid(worker: str) -> int:
+    """The pid in a report's worker name ("... pid 1234")."""
+    return int(worker.rsplit(" pid ", 1)[1])
+
+
 LLD19 = Path("/usr/lib/llvm-19/bin/ld.lld")
 # The disassembler block of the project's pin, for test toolchains (verification stays the same).
 PINNED_DISASSEMBLER = "disassembler:" + (REPO / "conf/toolchain/pinned.yaml").read_text().split("\ndisassembler:")[1]
@@ -320,7 +336,6 @@ def write_lld19_toolchain(project: Path, name: str) -> None:
     pin = yaml.safe_load((REPO / "conf/toolchain/pinned.yaml").read_text())  # the same Python toolchain
     pin["linker"] = {"path": str(LLD19), "version": "Debian LLD 19.1.7", "sha256": digest}
     (project / "conf" / "toolchain" / f"{name}.yaml").write_text(pin_text(pin))
-
 
 
 def edit(path: Path, old: str, new: str) -> None:
@@ -439,6 +454,15 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A private directory with a short path (a socket's path has ~100 bytes; pytest's tmp_path can be long)."""
+    where = Path(tempfile.mkdtemp(prefix="sock-", dir="/tmp"))
+    os.chmod(where, 0o700)
+    yield where
+    shutil.rmtree(where, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

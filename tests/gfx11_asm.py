@@ -4,6 +4,7 @@ emulator's unit tests: the bytes come from LLVM, never from the model under test
 from __future__ import annotations
 
 import io
+import struct
 import subprocess
 from functools import cache
 from pathlib import Path
@@ -13,9 +14,11 @@ from conftest import REPO
 from elftools.elf.elffile import ELFFile
 
 from amdgpu_models.core.instruction import Instruction
+from amdgpu_models.core.kernel import Kernel, Program
 from amdgpu_models.core.memory import Lds, Memory
 from amdgpu_models.core.step import run_program
 from amdgpu_models.core.wave import Wave
+from amdgpu_models.core.workgroup import Decoder, Launch, Runner
 from amdgpu_models.isa import gfx11
 from farm.table.config import load as load_config
 from farm.toolchain.disasm import binary
@@ -68,3 +71,14 @@ def run_decoded(program: list[Instruction], sgpr: dict[int, int] | None = None,
             else values & 0xFFFFFFFF
     run_program(wave, program, memory or Memory(), Lds.of_size(0))
     return wave
+
+
+def launch_with_output(program: Program, kernel: Kernel, decode: Decoder, grid: tuple[int, int, int],
+                       block: tuple[int, int, int], out_bytes: int) -> tuple[Memory, int]:
+    """Run a hand-made kernel whose only argument is a pointer to a zeroed `out_bytes` buffer: (the memory, the
+    buffer's address)."""
+    memory = Memory()
+    out = memory.allocate("out", bytes(out_bytes))
+    kernarg = memory.allocate("kernarg", struct.pack("<Q", out))
+    Runner(program, kernel, decode).run(Launch(kernel, grid, block, kernarg), memory)
+    return memory, out

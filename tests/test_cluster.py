@@ -34,7 +34,7 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import REPO, last_line, run_farm, small_one_target_copy
+from conftest import REPO, last_line, latest_report, run_farm, small_one_target_copy
 
 import farm
 
@@ -369,7 +369,7 @@ def test_rows_spread_over_four_worker_nodes_and_match_a_local_build(cluster: Any
     assert proc.returncode == 0, proc.stderr
     assert f"rows={ROWS} up_to_date=0 to_build={ROWS}" in proc.stderr
 
-    report = json.loads((project / ".farm" / "reports" / "latest-build.json").read_text())
+    report = latest_report(project)
     rows = report["rows"]
     assert len(rows) == ROWS and all(r["written"] for r in rows)
     per_node = {node: sum(node_id_of(r) == node for r in rows) for node in worker_ids}

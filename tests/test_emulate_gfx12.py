@@ -6,20 +6,20 @@ from the documented semantics (binary32/binary16 bit patterns by hand, 32/64-bit
 from __future__ import annotations
 
 import re
-import struct
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from gfx11_asm import instructions as gfx11_instructions
+from gfx11_asm import launch_with_output
 from gfx12_asm import assemble, decoder, instructions, run
 
 from amdgpu_models.core.instruction import Fields
 from amdgpu_models.core.kernel import Descriptor, Kernel, Program
 from amdgpu_models.core.memory import Memory
 from amdgpu_models.core.wave import NULL, TTMP_FIRST, VGPR_BASE, Unsupported
-from amdgpu_models.core.workgroup import Launch, Runner
+from amdgpu_models.core.workgroup import Runner
 from amdgpu_models.disasm import Undecodable
 from amdgpu_models.isa import gfx11, gfx12
 from farm.emulate.isa import MATTR
@@ -229,15 +229,12 @@ s_endpgm"""  # lane i of wave 0 reads what lane i of wave 1 stored before the ba
 
 def test_waves_meet_at_the_split_barrier() -> None:
     program, kernel = _kernel(BARRIER_KERNEL, 512, 64)
-    memory = Memory()
-    out = memory.allocate("out", bytes(4 * 64))
-    kernarg = memory.allocate("kernarg", struct.pack("<Q", out))
-    Runner(program, kernel, decoder).run(Launch(kernel, (1, 1, 1), (64, 1, 1), kernarg), memory)
+    memory, out = launch_with_output(program, kernel, decoder, (1, 1, 1), (64, 1, 1), 4 * 64)
     assert memory.contents(out).view(np.uint32).tolist() == list(range(32, 64)) + [0] * 32
     unsignalled = BARRIER_KERNEL.replace("s_barrier_signal -1\n", "")
     program, kernel = _kernel(unsignalled, 512, 64)
     with pytest.raises(Unsupported, match="without this wave's s_barrier_signal"):
-        Runner(program, kernel, decoder).run(Launch(kernel, (1, 1, 1), (64, 1, 1), kernarg), memory)
+        launch_with_output(program, kernel, decoder, (1, 1, 1), (64, 1, 1), 4 * 64)
 
 
 WORKGROUP_IDS = """s_load_b64 s[4:5], s[0:1], 0x0
@@ -259,10 +256,7 @@ s_endpgm"""  # group (x, y, z) of a 3 x 2 x 2 grid writes ttmp9 and ttmp7 at 8 *
 
 def test_workgroup_ids_are_in_the_architected_trap_registers() -> None:
     program, kernel = _kernel(WORKGROUP_IDS, 0, 32)
-    memory = Memory()
-    out = memory.allocate("out", bytes(8 * 12))
-    kernarg = memory.allocate("kernarg", struct.pack("<Q", out))
-    Runner(program, kernel, decoder).run(Launch(kernel, (3, 2, 2), (32, 1, 1), kernarg), memory)
+    memory, out = launch_with_output(program, kernel, decoder, (3, 2, 2), (32, 1, 1), 8 * 12)
     want = [[x, y | z << 16] for z in range(2) for y in range(2) for x in range(3)]  # x in ttmp9; y, z in ttmp7
     assert memory.contents(out).view(np.uint32).reshape(12, 2).tolist() == want
     assert program.generation == 12 and _kernel("s_endpgm", 0, 32, "amdgcn-amd-amdhsa-unknown-gfx12-generic")[

@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 import pytest
-from gfx11_asm import assemble, decoder, instructions
+from gfx11_asm import assemble, decoder, instructions, launch_with_output
 
 from amdgpu_models.core.memory import BoundsError, Lds, Memory
 from amdgpu_models.core.step import run_program
@@ -103,7 +103,6 @@ def test_global_store_and_its_bounds() -> None:
                     instructions("global_store_b32 v0, v1, s[2:3] offset:4\ns_endpgm"), memory, Lds.of_size(0))
 
 
-
 def test_guard_bytes_take_a_stray_write_and_name_the_buffer() -> None:
     memory = Memory()
     out = memory.allocate("out", bytes(128), guard=32)
@@ -167,10 +166,7 @@ s_endpgm"""  # lane i of wave 0 reads what lane i of wave 1 stored before the ba
 
 def test_waves_of_a_workgroup_meet_at_the_barrier() -> None:
     program, kernel = _kernel(BARRIER_KERNEL, 512, 64)
-    memory = Memory()
-    out = memory.allocate("out", bytes(4 * 64))
-    kernarg = memory.allocate("kernarg", struct.pack("<Q", out))
-    Runner(program, kernel, decoder).run(Launch(kernel, (1, 1, 1), (64, 1, 1), kernarg), memory)
+    memory, out = launch_with_output(program, kernel, decoder, (1, 1, 1), (64, 1, 1), 4 * 64)
     assert memory.contents(out).view(np.uint32).tolist() == list(range(32, 64)) + [0] * 32
 
 
@@ -179,10 +175,7 @@ def test_workgroup_ids_and_a_partial_last_wave() -> None:
              "s_mul_i32 s6, s2, 0xc0\ns_add_u32 s4, s4, s6\ns_addc_u32 s5, s5, 0\nglobal_store_b32 v1, v2, s[4:5]\n" \
              "s_endpgm"
     program, kernel = _kernel(source, 0, 40)  # 40 work-items: the second wave has 8 lanes
-    memory = Memory()
-    out = memory.allocate("out", bytes(4 * 48 * 3))
-    kernarg = memory.allocate("kernarg", struct.pack("<Q", out))
-    Runner(program, kernel, decoder).run(Launch(kernel, (3, 1, 1), (40, 1, 1), kernarg), memory)
+    memory, out = launch_with_output(program, kernel, decoder, (3, 1, 1), (40, 1, 1), 4 * 48 * 3)
     got = memory.contents(out).view(np.uint32).reshape(3, 48)
     assert got[:, :40].tolist() == [[g] * 40 for g in range(3)] and not got[:, 40:].any()
 

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import REPO, last_line, on_shared_ray, run_farm, small_copy
+from conftest import REPO, last_line, latest_report, on_shared_ray, run_farm, small_copy
 
 from farm.plan.code_closure import boundary_file
 
@@ -190,7 +190,7 @@ def test_verifier_change_reverifies_without_recompiling(own_project: Path) -> No
     proc = farm(project, "build", *on_shared_ray())
     assert proc.returncode == 0, proc.stderr
     assert "built 0, reverified 1, failed 0" in proc.stderr
-    report = json.loads((project / ".farm" / "reports" / "latest-build.json").read_text())
+    report = latest_report(project)
     assert report["built"] == 0 and report["reverified"] == 1
     assert [r["reverified"] for r in report["rows"]] == [True]
     # The object was not rewritten; its entry was, with the new verification code.

@@ -14,7 +14,7 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import REPO, copy_project, on_shared_ray, ray_auth_variables, run_farm, shrink_rmsnorm
+from conftest import REPO, copy_project, latest_report, on_shared_ray, ray_auth_variables, run_farm, shrink_rmsnorm
 
 from farm.contract import CompileRequest
 
@@ -102,7 +102,7 @@ def test_a_dying_compile_fails_its_row_alone(crashy_project: Path, warm: str, tm
     assert check.returncode == 0 and "DRIFT" not in check.stdout, check.stdout
     assert f"NOT BUILT {out / 'crashy' / 'gfx942'}/: 4 of its 5 selected rows have no object" in check.stdout
     assert f"  {out / 'crashy' / 'gfx942' / 'crashy_abort.hsaco'}" in check.stdout.splitlines()
-    report = json.loads((crashy_project / ".farm" / "reports" / "latest-build.json").read_text())
+    report = latest_report(crashy_project)
     failed = {r["key"]: r for r in report["rows"] if not r["written"]}
     assert "LLVM ERROR" in failed["crashy/gfx942/crashy_abort"]["stderr"]
 
@@ -195,7 +195,7 @@ def test_a_dead_compile_server_is_not_reported_as_a_time_limit(crashy_project: P
             "(zygote killed by signal 9), not the time limit") in proc.stderr, proc.stderr
     assert "time limit 900 s reached" not in proc.stderr
     assert "built 1, failed 1" in proc.stderr  # a new zygote compiles the next row
-    report = json.loads((crashy_project / ".farm" / "reports" / "latest-build.json").read_text())
+    report = latest_report(crashy_project)
     [dead] = [r for r in report["rows"] if r["key"].endswith("crashy_killserver")]
     assert "[the warm compile server died]" in dead["stderr"]
 

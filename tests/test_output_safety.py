@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import SESSION_CLUSTERS, built_copy, last_line, run_farm
+from conftest import SESSION_CLUSTERS, built_copy, last_line, latest_report, run_farm
 
 from farm.toolchain.installed import installed
 
@@ -197,7 +197,7 @@ def test_disk_full_while_writing_is_one_clear_error(built: Path, tmp_path: Path)
     assert "No space left on device" in proc.stderr and "free disk space" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert {p.name: p.read_bytes() for p in obj.parent.iterdir()} == others
-    report = json.loads((project / ".farm" / "reports" / "latest-build.json").read_text())
+    report = latest_report(project)
     assert "No space left on device" in report["error"]
 
 

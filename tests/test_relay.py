@@ -6,43 +6,20 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import socket
-import tempfile
-import threading
-from collections.abc import Callable, Iterator
 from multiprocessing import AuthenticationError
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing.connection import Client, Connection
 from pathlib import Path
 
 import pytest
+from relay_stand_ins import KEY, keyed_project, request, stand_in_daemon
 
-from farm.contract import CompileRequest, CompileResult, TargetFacts
+from farm.contract import CompileResult
 from farm.core.errors import FarmError
 from farm.execute import relay_server
 from farm.execute.relay import RelayBatch, RelayEnd, RelayExecutor, RelayJob, connect, relay_code, socket_of
 from farm.execute.relay_server import RelayServer
-from farm.execute.standing_files import StandingState, state_dir
-
-KEY = b"0123456789abcdef" * 4
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A private directory with a short path (a socket's path has ~100 bytes; pytest's tmp_path can be long)."""
-    where = Path(tempfile.mkdtemp(prefix="relay-", dir="/tmp"))
-    os.chmod(where, 0o700)
-    yield where
-    shutil.rmtree(where, ignore_errors=True)
-
-
-def _project(root: Path, key: bytes = KEY) -> Path:
-    where = state_dir(root)
-    where.mkdir(parents=True)
-    fd = os.open(where / "auth_token", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(key)
-    return root
+from farm.execute.standing_files import StandingState
 
 
 def _state(root: Path, sock: Path | str | None, code: str | None = None) -> StandingState:
@@ -58,25 +35,8 @@ def _listening(path: Path) -> socket.socket:
     return sock
 
 
-def _request(key: str) -> CompileRequest:
-    return CompileRequest(key, "rmsnorm", {}, TargetFacts("gfx942", "gfx942", "gfx942"))
-
-
-def _daemon(path: Path, behave: Callable[[Connection], None]) -> threading.Thread:
-    """A stand-in daemon: accepts one keyed connection on `path` and does `behave` with it."""
-    listener = Listener(str(path), family="AF_UNIX", authkey=KEY)
-
-    def serve() -> None:
-        with listener, listener.accept() as conn:
-            behave(conn)
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    return thread
-
-
 def test_only_a_socket_of_this_users_in_a_private_directory_is_used(short_dir: Path, tmp_path: Path) -> None:
-    root = _project(tmp_path / "project")
+    root = keyed_project(tmp_path / "project")
     sock = short_dir / "1.sock"
     listening = _listening(sock)
     try:
@@ -117,7 +77,7 @@ def test_the_daemons_socket_refuses_a_wrong_key_and_goes_on(short_dir: Path, mon
 
 def test_a_daemon_that_does_not_answer_leaves_the_build_to_ray(short_dir: Path, tmp_path: Path,
                                                                caplog: pytest.LogCaptureFixture) -> None:
-    root = _project(tmp_path / "project")
+    root = keyed_project(tmp_path / "project")
     sock = short_dir / "2.sock"
     listening = _listening(sock)
     try:
@@ -131,9 +91,9 @@ def test_a_daemon_that_does_not_answer_leaves_the_build_to_ray(short_dir: Path, 
 
 def test_a_daemon_running_other_relay_code_is_not_relayed_to(short_dir: Path, tmp_path: Path,
                                                               caplog: pytest.LogCaptureFixture) -> None:
-    root = _project(tmp_path / "project")
+    root = keyed_project(tmp_path / "project")
     sock = short_dir / "5.sock"
-    daemon = _daemon(sock, lambda conn: None)
+    daemon = stand_in_daemon(sock, lambda conn: None)
     caplog.set_level(logging.INFO)
     assert connect(_state(root, sock, code="0" * 64)) is None
     assert "runs other relay code than this build" in caplog.text
@@ -142,7 +102,7 @@ def test_a_daemon_running_other_relay_code_is_not_relayed_to(short_dir: Path, tm
 
 
 def test_results_stream_back_in_batches(short_dir: Path, tmp_path: Path) -> None:
-    root = _project(tmp_path / "project")
+    root = keyed_project(tmp_path / "project")
     sock = short_dir / "3.sock"
     got: dict[str, RelayJob] = {}
 
@@ -152,13 +112,13 @@ def test_results_stream_back_in_batches(short_dir: Path, tmp_path: Path) -> None
         conn.send(RelayBatch([CompileResult("op/t/b", ok=False, error="boom")]))
         conn.send(RelayEnd())
 
-    daemon = _daemon(sock, behave)
+    daemon = stand_in_daemon(sock, behave)
     conn = connect(_state(root, sock))
     assert conn is not None
     with RelayExecutor(conn, {"warm": False, "max_retries": 3}, 60.0) as pool:
         pool.share_sources({"rmsnorm.py": b"source"})
-        pool.submit(_request("op/t/a"))
-        pool.submit(_request("op/t/b"))
+        pool.submit(request("op/t/a"))
+        pool.submit(request("op/t/b"))
         batches = [[r.key for r in batch] for batch in pool.completed_batches(gather_s=0.25)]
         assert batches == [["op/t/a"], ["op/t/b"]]
         assert pool.taken_unix("op/t/a") == 12.5 and pool.taken_unix("op/t/b") is None
@@ -171,7 +131,7 @@ def test_results_stream_back_in_batches(short_dir: Path, tmp_path: Path) -> None
 
 @pytest.mark.parametrize("ending", ["gone", "error"])
 def test_a_daemon_that_fails_mid_build_is_named(short_dir: Path, tmp_path: Path, ending: str) -> None:
-    root = _project(tmp_path / "project")
+    root = keyed_project(tmp_path / "project")
     sock = short_dir / f"4{ending}.sock"
 
     def behave(conn: Connection) -> None:
@@ -181,12 +141,12 @@ def test_a_daemon_that_fails_mid_build_is_named(short_dir: Path, tmp_path: Path,
             conn.send(RelayEnd("none of 2 compile actors started within 30 s", "check the cluster"))
         # "gone": the connection closes with a row still open (the daemon was stopped)
 
-    daemon = _daemon(sock, behave)
+    daemon = stand_in_daemon(sock, behave)
     conn = connect(_state(root, sock))
     assert conn is not None
     with RelayExecutor(conn, {}, 60.0) as pool:
-        pool.submit(_request("op/t/a"))
-        pool.submit(_request("op/t/b"))
+        pool.submit(request("op/t/a"))
+        pool.submit(request("op/t/b"))
         batches = pool.completed_batches()
         assert [r.key for r in next(batches)] == ["op/t/a"]
         with pytest.raises(FarmError) as raised:

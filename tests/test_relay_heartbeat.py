@@ -7,66 +7,29 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from multiprocessing.connection import Connection, Listener
+from collections.abc import Iterator
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import run_farm, small_expanded_copy
+from relay_stand_ins import KEY, keyed_project, request, stand_in_daemon
 
-from farm.contract import CompileRequest, CompileResult, TargetFacts
+from farm.contract import CompileRequest, CompileResult
 from farm.core.errors import FarmError
 from farm.execute import choice, executor, relay_server, settings
 from farm.execute.relay import DaemonLost, RelayBatch, RelayEnd, RelayExecutor, RelayJob, connect, relay_code
 from farm.execute.relay_server import RelayServer
-from farm.execute.standing_files import StandingState, state_dir
+from farm.execute.standing_files import StandingState
 
-KEY = b"fedcba9876543210" * 4
 SILENCE_S = 1.0  # the client's heartbeat timeout in these tests
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A private directory with a short path (a socket's path has ~100 bytes)."""
-    where = Path(tempfile.mkdtemp(prefix="beat-", dir="/tmp"))
-    os.chmod(where, 0o700)
-    yield where
-    shutil.rmtree(where, ignore_errors=True)
-
-
-def _project(root: Path) -> Path:
-    where = state_dir(root)
-    where.mkdir(parents=True)
-    fd = os.open(where / "auth_token", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(KEY)
-    return root
 
 
 def _state(root: Path, sock: Path) -> StandingState:
     return {"root": str(root), "relay": str(sock), "relay_code": relay_code()}  # type: ignore[typeddict-item]
-
-
-def _request(key: str) -> CompileRequest:
-    return CompileRequest(key, "rmsnorm", {}, TargetFacts("gfx942", "gfx942", "gfx942"))
-
-
-def _stand_in(path: Path, behave: Callable[[Connection], None]) -> threading.Thread:
-    """A stand-in daemon: accepts one keyed connection on `path` and does `behave` with it."""
-    listener = Listener(str(path), family="AF_UNIX", authkey=KEY)
-
-    def serve() -> None:
-        with listener, listener.accept() as conn:
-            behave(conn)
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    return thread
 
 
 def _relay(root: Path, sock: Path, *keys: str, sources: dict[str, bytes] | None = None) -> RelayExecutor:
@@ -75,7 +38,7 @@ def _relay(root: Path, sock: Path, *keys: str, sources: dict[str, bytes] | None 
     pool = RelayExecutor(conn, {}, 60.0, daemon_pid=4242, heartbeat_timeout_s=SILENCE_S)
     pool.share_sources(sources or {"rmsnorm.py": b"source"})
     for key in keys:
-        pool.submit(_request(key))
+        pool.submit(request(key))
     return pool
 
 
@@ -83,7 +46,7 @@ def test_a_long_compile_never_looks_like_a_hung_daemon(short_dir: Path, tmp_path
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The daemon's serving thread is busy (as it waits on Ray for a long compile) for three times the client's
     heartbeat timeout: the heartbeat, from its own thread, still comes, and the build gets its results."""
-    root = _project(tmp_path / "project")
+    root = keyed_project(tmp_path / "project")
     sock = short_dir / f"{os.getpid()}.sock"
     monkeypatch.setattr(relay_server, "socket_path", lambda: sock)
     monkeypatch.setattr(relay_server, "HEARTBEAT_S", 0.2)
@@ -111,7 +74,7 @@ def test_a_long_compile_never_looks_like_a_hung_daemon(short_dir: Path, tmp_path
 def test_a_silent_daemon_is_named_hung_within_the_timeout(short_dir: Path, tmp_path: Path) -> None:
     """A daemon that took the job and then says nothing (stopped, wedged): DaemonLost naming its pid and the fix,
     after the heartbeat timeout, not after the rows' time limits (4 x 60 s + 180 s here)."""
-    root = _project(tmp_path / "project")
+    root = keyed_project(tmp_path / "project")
     sock = short_dir / "1.sock"
     stop = threading.Event()
 
@@ -120,7 +83,7 @@ def test_a_silent_daemon_is_named_hung_within_the_timeout(short_dir: Path, tmp_p
         conn.send(RelayBatch([CompileResult("op/t/a", ok=True)]))
         stop.wait(60)
 
-    daemon = _stand_in(sock, silent)
+    daemon = stand_in_daemon(sock, silent)
     started = time.monotonic()
     with _relay(root, sock, "op/t/a", "op/t/b") as pool:
         batches = pool.completed_batches()
@@ -140,10 +103,10 @@ def test_a_silent_daemon_is_named_hung_within_the_timeout(short_dir: Path, tmp_p
 def test_a_daemon_stopped_before_it_read_the_job_does_not_block_the_build(short_dir: Path, tmp_path: Path) -> None:
     """The job (sources larger than the socket's buffer) goes to a daemon that never reads it: the send blocks on a
     thread of its own, the build sees the silence, and hanging up wakes that send."""
-    root = _project(tmp_path / "project")
+    root = keyed_project(tmp_path / "project")
     sock = short_dir / "2.sock"
     stop = threading.Event()
-    daemon = _stand_in(sock, lambda conn: stop.wait(60))
+    daemon = stand_in_daemon(sock, lambda conn: stop.wait(60))
     big = {"rmsnorm.py": os.urandom(4 << 20)}
     with _relay(root, sock, "op/t/a", sources=big) as pool, pytest.raises(DaemonLost, match="it is hung"):
         list(pool.completed_batches())
@@ -197,7 +160,7 @@ def test_rows_left_by_a_lost_daemon_go_to_a_private_cluster(short_dir: Path, tmp
                                                             caplog: pytest.LogCaptureFixture) -> None:
     """The daemon answers one row, then falls silent (or goes away): the build keeps that row's result, says so in
     one line naming the daemon, and the two rows left, only they, compile on a private cluster."""
-    root = _project(tmp_path / "project")
+    root = keyed_project(tmp_path / "project")
     sock = short_dir / f"3{ending}.sock"
     stop = threading.Event()
 
@@ -209,7 +172,7 @@ def test_rows_left_by_a_lost_daemon_go_to_a_private_cluster(short_dir: Path, tmp
 
     monkeypatch.setattr(executor, "RayExecutor", _PrivateStandIn)
     _PrivateStandIn.made.clear()
-    daemon = _stand_in(sock, one_then_lost)
+    daemon = stand_in_daemon(sock, one_then_lost)
     caplog.set_level(logging.WARNING)
     with choice.Relayed(_relay(root, sock, "op/t/a", "op/t/b", "op/t/c"), {}, 60.0) as pool:
         results = [r for batch in pool.completed_batches() for r in batch]
@@ -232,7 +195,7 @@ def test_rows_left_by_a_lost_daemon_go_to_a_private_cluster(short_dir: Path, tmp
 def test_a_daemon_s_own_error_still_ends_the_build(short_dir: Path, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Only a lost daemon moves the rows: an error the daemon reports (RelayEnd) is the build's error, as before."""
-    root = _project(tmp_path / "project")
+    root = keyed_project(tmp_path / "project")
     sock = short_dir / "4.sock"
 
     def refuse(conn: Connection) -> None:
@@ -241,7 +204,7 @@ def test_a_daemon_s_own_error_still_ends_the_build(short_dir: Path, tmp_path: Pa
 
     monkeypatch.setattr(executor, "RayExecutor", _PrivateStandIn)
     _PrivateStandIn.made.clear()
-    daemon = _stand_in(sock, refuse)
+    daemon = stand_in_daemon(sock, refuse)
     with choice.Relayed(_relay(root, sock, "op/t/a"), {}, 60.0) as pool, pytest.raises(FarmError) as raised:
         list(pool.completed_batches())
     daemon.join(5)

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import built_one_target_copy, run_farm, stop_cluster
+from conftest import built_one_target_copy, latest_report, run_farm, stop_cluster
 
 from farm.assure import audit as audit_mod
 from farm.cli.selection import load, selected_rows
@@ -28,10 +28,6 @@ ONE = "rmsnorm_f32_infer_generic"
 
 def tree_bytes(outputs: Path) -> dict[str, bytes]:
     return {p.relative_to(outputs).as_posix(): p.read_bytes() for p in sorted(outputs.rglob("*")) if p.is_file()}
-
-
-def latest_report(project: Path) -> dict:
-    return json.loads((project / ".farm" / "reports" / "latest-build.json").read_text())
 
 
 @pytest.fixture(scope="module")

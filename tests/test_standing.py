@@ -12,7 +12,17 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import run_farm, small_copy, small_expanded_copy, still_running, write_lld19_toolchain
+from conftest import (
+    AUTO_START_ON,
+    STARTED,
+    latest_report,
+    run_farm,
+    small_copy,
+    small_expanded_copy,
+    still_running,
+    worker_pid,
+    write_lld19_toolchain,
+)
 
 from farm.elf.code_object import read_code_object
 from farm.execute import standing_files
@@ -21,16 +31,6 @@ from farm.execute.processes import Identity, identities, verified
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 TARGET = "gfx942"
-WARM = {"CI": "false"}  # auto-start on (conftest turns it off for every other test)
-STARTED = "started a standing cluster"
-
-
-def _report(project: Path) -> dict:
-    return json.loads((project / ".farm" / "reports" / "latest-build.json").read_text())
-
-
-def _pid(worker: str) -> int:
-    return int(worker.rsplit(" pid ", 1)[1])
 
 
 def test_standing_cluster_serves_builds_warm_and_stops(built: Path, tmp_path: Path) -> None:
@@ -41,7 +41,7 @@ def test_standing_cluster_serves_builds_warm_and_stops(built: Path, tmp_path: Pa
     try:
         # Two builds at once, auto-start on: one daemon, started by one of them and used by both.
         cmd = [sys.executable, "-m", "farm.cli", "build", f"targets=[{TARGET}]", "executor.num_cpus=1"]
-        env = dict(os.environ, **WARM)
+        env = dict(os.environ, **AUTO_START_ON)
         env.pop("FARM_PROJECT", None)
         procs = [subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True) for _ in range(2)]
@@ -61,12 +61,12 @@ def test_standing_cluster_serves_builds_warm_and_stops(built: Path, tmp_path: Pa
         assert stat.S_IMODE(where.stat().st_mode) == 0o700
         assert stat.S_IMODE((where / "auth_token").stat().st_mode) == 0o600
         assert "standing cluster up at" in run_farm(project, "cluster", "status", check=True).stdout
-        rows = _report(project)["rows"]  # the build that compiled (the other found every row up to date)
+        rows = latest_report(project)["rows"]  # the build that compiled (the other found every row up to date)
         assert len(rows) == 6 and all(r["ok"] and r["written"] for r in rows)
         # One compiler, warmed when the cluster came up: no row paid the warm-up.
         workers = {r["worker"] for r in rows}
         assert len(workers) == 1 and all(r["warmup_seconds"] == 0 for r in rows)
-        actor = _pid(workers.pop())
+        actor = worker_pid(workers.pop())
         assert actor in {p.pid for p in daemon.children(recursive=True)} or psutil.pid_exists(actor)
         # The same bytes as the private cluster's build of the same rows.
         ours, theirs = project / "outputs" / "rmsnorm" / TARGET, built / "outputs" / "rmsnorm" / TARGET
@@ -79,17 +79,17 @@ def test_standing_cluster_serves_builds_warm_and_stops(built: Path, tmp_path: Pa
         # relayed through the daemon: the build's own process never imports Ray.
         (ours / objects[0]).unlink()
         # Auto-start is on for it too: with a daemon up, it starts nothing.
-        second = run_farm(project, "build", f"targets=[{TARGET}]", env={"PYTHONPROFILEIMPORTTIME": "1", **WARM},
-                          check=True)
+        second = run_farm(project, "build", f"targets=[{TARGET}]",
+                          env={"PYTHONPROFILEIMPORTTIME": "1", **AUTO_START_ON}, check=True)
         assert "built 1, failed 0" in second.stderr and STARTED not in second.stderr
         assert "rows go through the daemon's build socket: no Ray in this process" in second.stderr
         imported = {line.rsplit("|", 1)[1].strip() for line in second.stderr.splitlines()
                     if line.startswith("import time:")}
         assert "farm.execute.relay" in imported and "ray" not in imported
         # The Ray work moved to the daemon, and the report counts it (it is central work all the same).
-        assert _report(project)["driver"]["daemon_cpu_seconds"] > 0
-        [row] = _report(project)["rows"]
-        assert _pid(row["worker"]) == actor and row["warmup_seconds"] == 0
+        assert latest_report(project)["driver"]["daemon_cpu_seconds"] > 0
+        [row] = latest_report(project)["rows"]
+        assert worker_pid(row["worker"]) == actor and row["warmup_seconds"] == 0
         assert (ours / objects[0]).read_bytes() == (theirs / objects[0]).read_bytes()
 
         # Another checkout shares this cluster by naming it (executor.standing_root), and starts none of its own.
@@ -97,8 +97,8 @@ def test_standing_cluster_serves_builds_warm_and_stops(built: Path, tmp_path: Pa
         shared = run_farm(other_checkout, "build", f"targets=[{TARGET}]", f"names=[{objects[0][:-len('.hsaco')]}]",
                           f"executor.standing_root={project}", check=True)
         assert "rows go through the daemon's build socket" in shared.stderr
-        [row] = _report(other_checkout)["rows"]
-        assert _pid(row["worker"]) == actor and not (other_checkout / ".farm" / "cluster").exists()
+        [row] = latest_report(other_checkout)["rows"]
+        assert worker_pid(row["worker"]) == actor and not (other_checkout / ".farm" / "cluster").exists()
         assert (other_checkout / "outputs" / "rmsnorm" / TARGET / objects[0]).read_bytes() == (
             theirs / objects[0]).read_bytes()
 
@@ -135,15 +135,15 @@ def test_standing_cluster_serves_builds_warm_and_stops(built: Path, tmp_path: Pa
         (ours / objects[1]).unlink()
         third = run_farm(project, "build", f"targets=[{TARGET}]", check=True)
         assert "runs older farm code; this build starts a private cluster" in third.stderr
-        [row] = _report(project)["rows"]
-        assert _pid(row["worker"]) != actor
+        [row] = latest_report(project)["rows"]
+        assert worker_pid(row["worker"]) != actor
         state_path.write_text(json.dumps(state))
         # executor.standing=false always builds on a private cluster.
         (ours / objects[2]).unlink()
         fourth = run_farm(project, "build", f"targets=[{TARGET}]", "executor.standing=false", check=True)
         assert "using the standing cluster" not in fourth.stderr
-        assert _report(project)["driver"]["daemon_cpu_seconds"] is None  # no daemon in between
-        assert _pid(_report(project)["rows"][0]["worker"]) != actor
+        assert latest_report(project)["driver"]["daemon_cpu_seconds"] is None  # no daemon in between
+        assert worker_pid(latest_report(project)["rows"][0]["worker"]) != actor
         tree = [daemon, *daemon.children(recursive=True)]
         everything = identities(tree if actor in {p.pid for p in tree} else [*tree, psutil.Process(actor)])
     finally:

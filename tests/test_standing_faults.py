@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import run_farm, small_copy, small_expanded_copy
+from conftest import run_farm, small_copy, small_expanded_copy, still_running
 
 from farm.contract import CompileResult
 from farm.execute import executor, local, ray_auth, standing
@@ -69,16 +69,6 @@ def _bounded(project: Path, *args: str, limit_s: float = 300) -> subprocess.Comp
     env.pop("FARM_PROJECT", None)
     return subprocess.run([sys.executable, "-m", "farm.cli", *args], cwd=project, env=env,
                           capture_output=True, text=True, timeout=limit_s)
-
-
-def _all_gone(idents: list[dict], wait_s: float = 30) -> list[dict]:
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        alive = [i for i in idents if procs.verified(i) is not None]
-        if not alive:
-            return []
-        time.sleep(0.5)
-    return alive
 
 
 @pytest.fixture(scope="module")
@@ -283,7 +273,7 @@ def test_sigkilled_daemon_leaves_no_ray_behind(project: Path, cluster: dict) -> 
     status = run_farm(project, "cluster", "status", check=True)
     assert status.stdout.strip() == "no standing cluster is up"
     assert "removed a stale standing-cluster state" in status.stderr and "Ray processes it had left" in status.stderr
-    assert _all_gone(ray_procs) == []
+    assert still_running(ray_procs) == []
 
 
 @pytest.mark.slow
@@ -297,7 +287,7 @@ def test_down_ends_the_daemon_group_and_its_ray_when_sigterm_fails(project: Path
     assert tree
     daemon.suspend()
     assert standing.down(project, timeout_s=0.01) is True
-    assert _all_gone([cluster["daemon"], *tree, *cluster["processes"]]) == []
+    assert still_running([cluster["daemon"], *tree, *cluster["processes"]]) == []
     assert not _state_path(project).exists()
 
 

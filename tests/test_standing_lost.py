@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import copy_project, run_farm, stop_cluster
+from conftest import AUTO_START_ON, copy_project, latest_report, run_farm, still_running, stop_cluster, worker_pid
 
 from farm.execute import processes as procs
 from farm.execute import standing
@@ -35,7 +35,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 TARGET = "gfx942"
 SELECT = ("ops=[rmsnorm]", f"targets=[{TARGET}]", "dtypes=[bf16]")  # 22 rows
 ONE_ROW = (*SELECT, "names=[rmsnorm_bf16_infer_generic]")
-WARM = {"CI": "false"}  # auto-start on (conftest turns it off for every other test)
 
 
 @pytest.fixture(scope="module")
@@ -58,21 +57,6 @@ def _up(project: Path) -> dict:
 
 def _state_path(project: Path) -> Path:
     return project / ".farm" / "cluster" / "state.json"
-
-
-def _report(project: Path) -> dict:
-    return json.loads((project / ".farm" / "reports" / "latest-build.json").read_text())
-
-
-def _pid(worker: str) -> int:
-    return int(worker.rsplit(" pid ", 1)[1])
-
-
-def _all_gone(idents: list[dict], wait_s: float = 30) -> list[dict]:
-    deadline = time.monotonic() + wait_s
-    while (alive := [i for i in idents if procs.verified(i) is not None]) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    return alive
 
 
 def _compiler_tree(daemon: psutil.Process) -> list[psutil.Process]:
@@ -131,7 +115,7 @@ def test_a_compile_longer_than_the_heartbeat_timeout_is_not_a_hung_daemon(projec
     err = "".join(said)
     assert build.returncode == 0, err
     assert "daemon (pid" not in err and "private cluster" not in err and "built 22, failed 0" in err, err
-    assert all(_pid(r["worker"]) in actors for r in _report(project)["rows"])  # every row on the daemon
+    assert all(worker_pid(r["worker"]) in actors for r in latest_report(project)["rows"])  # every row on the daemon
 
 
 def test_a_hung_daemon_is_named_within_seconds_and_its_rows_left_build_privately(project: Path,
@@ -164,10 +148,10 @@ def test_a_hung_daemon_is_named_within_seconds_and_its_rows_left_build_privately
     left, had = int(found[1]), int(found[2])
     assert left + had == 22 and had >= 1 and left >= 1
     assert "built 22, failed 0" in said_all and len(list((out / "rmsnorm" / TARGET).glob("*.hsaco"))) == 22
-    rows = _report(project)["rows"]
+    rows = latest_report(project)["rows"]
     assert len(rows) == 22 and len({r["key"] for r in rows}) == 22 and all(r["ok"] and r["written"] for r in rows)
     # What the build had from the daemon was kept, not compiled again; the rest compiled on its private cluster.
-    assert len([r for r in rows if _pid(r["worker"]) in actors]) == had
+    assert len([r for r in rows if worker_pid(r["worker"]) in actors]) == had
     # The daemon runs again after SIGCONT and serves the next build.
     assert standing.running(project) is not None and daemon.status() != psutil.STATUS_STOPPED
 
@@ -194,18 +178,18 @@ def test_a_damaged_state_file_never_orphans_the_daemon(project: Path, tmp_path: 
     with open(project / ".farm" / "cluster" / "in-use.lock", "a") as user:
         fcntl.flock(user, fcntl.LOCK_SH)
         busy = run_farm(project, "build", *ONE_ROW, f"outputs_dir={tmp_path / 'busy'}", "executor.num_cpus=1",
-                        env=WARM, check=True)
+                        env=AUTO_START_ON, check=True)
     assert (f"{said}, and another build is using it; this build starts a private cluster (farm cluster down stops "
             "that daemon)") in busy.stderr
     assert "was not up after" not in busy.stderr and "built 1, failed 0" in busy.stderr and daemon.is_running()
 
     # Auto-start on, no build using it: replaced (it and every process it started end), the build uses the new one.
     idle = run_farm(project, "build", *ONE_ROW, f"outputs_dir={tmp_path / 'idle'}", "executor.num_cpus=1",
-                    env=WARM, check=True)
+                    env=AUTO_START_ON, check=True)
     assert (f"replaced a standing cluster whose state file is empty (daemon pid {daemon.pid}): started a new one"
             in idle.stderr), idle.stderr
     assert "using the standing cluster at 127.0.0.1:" in idle.stderr and "built 1, failed 0" in idle.stderr
-    assert _all_gone([state["daemon"], *state["processes"]]) == []
+    assert still_running([state["daemon"], *state["processes"]]) == []
     new = standing.running(project)
     assert new is not None and new["pid"] != daemon.pid
     daemon = psutil.Process(new["pid"])
@@ -226,7 +210,7 @@ def test_a_damaged_state_file_never_orphans_the_daemon(project: Path, tmp_path: 
         down = run_farm(project, "cluster", "down", check=True)
         assert down.stdout.strip() == (f"standing cluster stopped: daemon pid {daemon.pid}, found by its lock (its "
                                        f"state file names pid {foreign.pid}, which is not its daemon)"), down.stdout
-        assert _all_gone(tree) == []
+        assert still_running(tree) == []
         assert foreign.poll() is None
     finally:
         foreign.kill()

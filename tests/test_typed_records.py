@@ -8,7 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import built_copy, run_farm
+from conftest import built_copy, latest_report, run_farm
 
 from farm.contract import REPORT_FIELDS
 from farm.observe.report import BuildReport, ReportRow
@@ -30,7 +30,7 @@ def test_written_manifest_and_report_have_exactly_the_typed_fields(built: Path) 
         assert set(entry) == manifest.Entry.__required_keys__, entry["file"]
         assert set(entry["inputs"]) == manifest.Inputs.__required_keys__, entry["file"]  # no row here sets options
     assert manifest.Inputs.__optional_keys__ == {"llvm_options"}
-    report = json.loads((built / ".farm" / "reports" / "latest-build.json").read_text())
+    report = latest_report(built)
     assert BuildReport.__required_keys__ <= set(report) <= BuildReport.__required_keys__ | BuildReport.__optional_keys__
     for row in report["rows"]:
         assert set(row) <= ReportRow.__optional_keys__, row["key"]

@@ -12,7 +12,16 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import built_copy, run_farm, still_running, stop_cluster
+from conftest import (
+    AUTO_START_ON,
+    STARTED,
+    built_copy,
+    latest_report,
+    run_farm,
+    still_running,
+    stop_cluster,
+    worker_pid,
+)
 
 from farm.execute import standing_files
 from farm.execute.processes import Identity, identities
@@ -20,16 +29,6 @@ from farm.execute.processes import Identity, identities
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 TARGET = "gfx942"
-WARM = {"CI": "false"}  # auto-start on (conftest turns it off for every other test)
-STARTED = "started a standing cluster"
-
-
-def _report(project: Path) -> dict:
-    return json.loads((project / ".farm" / "reports" / "latest-build.json").read_text())
-
-
-def _pid(worker: str) -> int:
-    return int(worker.rsplit(" pid ", 1)[1])
 
 
 def test_a_build_that_compiles_nothing_starts_nothing(built: Path, tmp_path: Path) -> None:
@@ -38,7 +37,7 @@ def test_a_build_that_compiles_nothing_starts_nothing(built: Path, tmp_path: Pat
     rows to compile starts one: the first test here)."""
     project = built_copy(built, tmp_path / "project")
     try:
-        proc = run_farm(project, "build", f"targets=[{TARGET}]", env=WARM, check=True)
+        proc = run_farm(project, "build", f"targets=[{TARGET}]", env=AUTO_START_ON, check=True)
         assert "built 0, failed 0" in proc.stderr and STARTED not in proc.stderr, proc.stderr
         assert not standing_files.starting(project) and standing_files.running(project) is None
         assert not (project / ".farm" / "cluster").exists()
@@ -47,7 +46,7 @@ def test_a_build_that_compiles_nothing_starts_nothing(built: Path, tmp_path: Pat
 
 
 @pytest.mark.parametrize("off", [{"env": {"CI": "true"}, "words": []},
-                                 {"env": WARM, "words": ["executor.auto_start=false"]}],
+                                 {"env": AUTO_START_ON, "words": ["executor.auto_start=false"]}],
                          ids=["CI=true", "auto_start=false"])
 def test_auto_start_off_starts_nothing(built: Path, tmp_path: Path, off: dict) -> None:
     project = built_copy(built, tmp_path / "project")
@@ -72,7 +71,7 @@ def test_a_daemon_that_cannot_start_leaves_a_private_build(built: Path, tmp_path
     victim = next((project / "outputs" / "rmsnorm" / TARGET).glob("*.hsaco"))
     victim.unlink()
     try:
-        proc = run_farm(project, "build", f"targets=[{TARGET}]", "executor.num_cpus=1", env=WARM)
+        proc = run_farm(project, "build", f"targets=[{TARGET}]", "executor.num_cpus=1", env=AUTO_START_ON)
         assert proc.returncode == 0, proc.stderr
         said = [line for line in proc.stderr.splitlines() if "standing cluster" in line]
         assert len(said) == 1 and "could not start a standing cluster" in said[0], proc.stderr
@@ -106,19 +105,20 @@ def test_a_daemon_of_older_farm_code_is_replaced_only_when_no_build_uses_it(buil
         victims[0].unlink()
         with open(where / "in-use.lock", "a") as user:
             fcntl.flock(user, fcntl.LOCK_SH)
-            busy = run_farm(project, "build", f"targets=[{TARGET}]", "executor.num_cpus=1", env=WARM, check=True)
+            busy = run_farm(project, "build", f"targets=[{TARGET}]", "executor.num_cpus=1", env=AUTO_START_ON,
+                            check=True)
         said = [line for line in busy.stderr.splitlines() if "standing cluster" in line]
         assert len(said) == 1, busy.stderr
         assert "(started by farm cluster up) runs older farm code and another build is using it" in said[0]
         assert "private cluster" in said[0]
         assert "failed 0" in busy.stderr and victims[0].is_file()
         assert still_running(old_tree, timeout_s=0) == old_tree  # every process of it still runs
-        [row] = [r for r in _report(project)["rows"] if r["key"].endswith("/" + victims[0].stem)]
-        assert _pid(row["worker"]) not in {i["pid"] for i in old_tree}
+        [row] = [r for r in latest_report(project)["rows"] if r["key"].endswith("/" + victims[0].stem)]
+        assert worker_pid(row["worker"]) not in {i["pid"] for i in old_tree}
 
         # Idle now: the next build replaces it (one line), then compiles on the new daemon.
         victims[1].unlink()
-        idle = run_farm(project, "build", f"targets=[{TARGET}]", "executor.num_cpus=1", env=WARM, check=True)
+        idle = run_farm(project, "build", f"targets=[{TARGET}]", "executor.num_cpus=1", env=AUTO_START_ON, check=True)
         said = [line for line in idle.stderr.splitlines() if "standing cluster" in line and "using" not in line]
         assert len(said) == 1, idle.stderr
         assert "replaced a standing cluster (started by farm cluster up) that ran older farm code" in said[0]

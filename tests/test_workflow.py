@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import built_copy, last_line, run_farm, shrink_op
+from conftest import built_copy, last_line, latest_report, run_farm, shrink_op
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +33,7 @@ def entries(project: Path) -> dict[str, str]:
 
 
 def built_keys(project: Path) -> list[str]:
-    report = json.loads((project / ".farm" / "reports" / "latest-build.json").read_text())
+    report = latest_report(project)
     return sorted(r["key"] for r in report["rows"] if r["written"])
 
 

@@ -58,7 +58,9 @@ class _SeededCase:
 
 
 @dataclass
-class ForwardCase(_SeededCase):
+class _Attention(_SeededCase):
+    """The attention problem both kinds of case run (their own fields follow)."""
+
     name: str
     batch: int
     heads_q: int
@@ -67,6 +69,10 @@ class ForwardCase(_SeededCase):
     seqlen_k: int
     head_dim: int
     causal: bool
+
+
+@dataclass
+class ForwardCase(_Attention):
     bias: str  # none | qdtype | f32
     order: str  # bshd | bhsd
     pad: int  # elements after each row (sequence position)
@@ -80,15 +86,7 @@ class ForwardCase(_SeededCase):
 
 
 @dataclass
-class DecodeCase(_SeededCase):
-    name: str
-    batch: int
-    heads_q: int
-    heads_kv: int
-    seqlen_q: int
-    seqlen_k: int
-    head_dim: int
-    causal: bool
+class DecodeCase(_Attention):
     num_splits: int
     return_lse: bool
     order: str
