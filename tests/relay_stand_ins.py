@@ -1,5 +1,6 @@
 """Stand-ins for the standing cluster's relay tests (tests/test_relay.py, tests/test_relay_heartbeat.py): a
-project holding the daemon's key, a compile request, and a daemon that accepts one keyed connection."""
+project holding the daemon's key, its state file's relay fields, a compile request, and a daemon that accepts one
+keyed connection."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from multiprocessing.connection import Connection, Listener
 from pathlib import Path
 
 from farm.contract import CompileRequest, TargetFacts
-from farm.execute.standing_files import state_dir
+from farm.execute.relay import relay_code
+from farm.execute.standing_files import StandingState, state_dir
 
 KEY = b"0123456789abcdef" * 4
 
@@ -23,6 +25,13 @@ def keyed_project(root: Path) -> Path:
     with os.fdopen(fd, "wb") as f:
         f.write(KEY)
     return root
+
+
+def relay_state(root: Path, sock: Path | str | None, code: str | None = None) -> StandingState:
+    """The part of a standing cluster's state file the relay reads: its socket, and the relay code it runs (this
+    build's unless `code` says otherwise)."""
+    return {"root": str(root), "relay": None if sock is None else str(sock),  # type: ignore[typeddict-item]
+            "relay_code": code or relay_code()}
 
 
 def request(key: str) -> CompileRequest:

@@ -12,19 +12,13 @@ from multiprocessing.connection import Client, Connection
 from pathlib import Path
 
 import pytest
-from relay_stand_ins import KEY, keyed_project, request, stand_in_daemon
+from relay_stand_ins import KEY, keyed_project, relay_state, request, stand_in_daemon
 
 from farm.contract import CompileResult
 from farm.core.errors import FarmError
 from farm.execute import relay_server
-from farm.execute.relay import RelayBatch, RelayEnd, RelayExecutor, RelayJob, connect, relay_code, socket_of
+from farm.execute.relay import RelayBatch, RelayEnd, RelayExecutor, RelayJob, connect, socket_of
 from farm.execute.relay_server import RelayServer
-from farm.execute.standing_files import StandingState
-
-
-def _state(root: Path, sock: Path | str | None, code: str | None = None) -> StandingState:
-    return {"root": str(root), "relay": None if sock is None else str(sock),  # type: ignore[typeddict-item]
-            "relay_code": code or relay_code()}
 
 
 def _listening(path: Path) -> socket.socket:
@@ -40,15 +34,15 @@ def test_only_a_socket_of_this_users_in_a_private_directory_is_used(short_dir: P
     sock = short_dir / "1.sock"
     listening = _listening(sock)
     try:
-        assert socket_of(_state(root, sock)) == sock
+        assert socket_of(relay_state(root, sock)) == sock
         (short_dir / "file").write_text("not a socket")
         os.symlink(sock, short_dir / "link.sock")
         for named in (None, "relative.sock", str(short_dir / "missing.sock"), str(short_dir / "file"),
                       str(short_dir / "link.sock"), "/" + "x" * 120):
-            assert socket_of(_state(root, named)) is None, named
+            assert socket_of(relay_state(root, named)) is None, named
         assert socket_of({"root": str(root), "relay": 42}) is None  # type: ignore[typeddict-item]
         os.chmod(short_dir, 0o755)  # others may reach into the directory: not private
-        assert socket_of(_state(root, sock)) is None
+        assert socket_of(relay_state(root, sock)) is None
     finally:
         os.chmod(short_dir, 0o700)
         listening.close()
@@ -82,7 +76,7 @@ def test_a_daemon_that_does_not_answer_leaves_the_build_to_ray(short_dir: Path, 
     listening = _listening(sock)
     try:
         with caplog.at_level(logging.WARNING):
-            assert connect(_state(root, sock), timeout_s=0.5) is None
+            assert connect(relay_state(root, sock), timeout_s=0.5) is None
         assert f"build socket {sock} does not answer" in caplog.text
         assert "joins its Ray cluster directly" in caplog.text
     finally:
@@ -95,9 +89,9 @@ def test_a_daemon_running_other_relay_code_is_not_relayed_to(short_dir: Path, tm
     sock = short_dir / "5.sock"
     daemon = stand_in_daemon(sock, lambda conn: None)
     caplog.set_level(logging.INFO)
-    assert connect(_state(root, sock, code="0" * 64)) is None
+    assert connect(relay_state(root, sock, code="0" * 64)) is None
     assert "runs other relay code than this build" in caplog.text
-    assert connect(_state(root, sock)) is not None  # the same daemon, recorded with this build's code
+    assert connect(relay_state(root, sock)) is not None  # the same daemon, recorded with this build's code
     daemon.join(5)
 
 
@@ -113,7 +107,7 @@ def test_results_stream_back_in_batches(short_dir: Path, tmp_path: Path) -> None
         conn.send(RelayEnd())
 
     daemon = stand_in_daemon(sock, behave)
-    conn = connect(_state(root, sock))
+    conn = connect(relay_state(root, sock))
     assert conn is not None
     with RelayExecutor(conn, {"warm": False, "max_retries": 3}, 60.0) as pool:
         pool.share_sources({"rmsnorm.py": b"source"})
@@ -142,7 +136,7 @@ def test_a_daemon_that_fails_mid_build_is_named(short_dir: Path, tmp_path: Path,
         # "gone": the connection closes with a row still open (the daemon was stopped)
 
     daemon = stand_in_daemon(sock, behave)
-    conn = connect(_state(root, sock))
+    conn = connect(relay_state(root, sock))
     assert conn is not None
     with RelayExecutor(conn, {}, 60.0) as pool:
         pool.submit(request("op/t/a"))

@@ -16,24 +16,19 @@ from typing import Any
 
 import pytest
 from conftest import run_farm, small_expanded_copy
-from relay_stand_ins import KEY, keyed_project, request, stand_in_daemon
+from relay_stand_ins import KEY, keyed_project, relay_state, request, stand_in_daemon
 
 from farm.contract import CompileRequest, CompileResult
 from farm.core.errors import FarmError
 from farm.execute import choice, executor, relay_server, settings
-from farm.execute.relay import DaemonLost, RelayBatch, RelayEnd, RelayExecutor, RelayJob, connect, relay_code
+from farm.execute.relay import DaemonLost, RelayBatch, RelayEnd, RelayExecutor, RelayJob, connect
 from farm.execute.relay_server import RelayServer
-from farm.execute.standing_files import StandingState
 
 SILENCE_S = 1.0  # the client's heartbeat timeout in these tests
 
 
-def _state(root: Path, sock: Path) -> StandingState:
-    return {"root": str(root), "relay": str(sock), "relay_code": relay_code()}  # type: ignore[typeddict-item]
-
-
 def _relay(root: Path, sock: Path, *keys: str, sources: dict[str, bytes] | None = None) -> RelayExecutor:
-    conn = connect(_state(root, sock))
+    conn = connect(relay_state(root, sock))
     assert conn is not None
     pool = RelayExecutor(conn, {}, 60.0, daemon_pid=4242, heartbeat_timeout_s=SILENCE_S)
     pool.share_sources(sources or {"rmsnorm.py": b"source"})
